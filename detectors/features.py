@@ -1,0 +1,125 @@
+"""Feature definitions: which Prometheus series become which node feature.
+
+A *feature* is one number per node per 30-s bucket. It is built from one or
+more source series (a metric name plus label matchers); counters become
+per-second rates, per-GPU (or per-mount) series are reduced to the node's worst
+one, and a ``per`` denominator turns totals into "seconds per request".
+
+The catalog is data, not code branches: the ingest's frame builder and the
+detectors both read it, and operators can select a subset in settings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+Kind = Literal["counter", "gauge"]
+Reduce = Literal["max", "min", "sum"]
+Direction = Literal["up", "down", "both"]
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """How one node feature is derived from Prometheus series and how it is judged.
+
+    ``metrics`` lists the source metric name first and aliases after it (e.g.
+    all-smi names beside dcgm-exporter names). ``match`` holds extra label
+    equalities a series must carry. ``per`` names a second counter with the same
+    other labels; the feature is then rate(metric) / rate(per), e.g. NFS response
+    seconds per request. ``reduce`` combines several series of one node (GPUs,
+    mounts); for max/min the winning series' ``gpu`` label is remembered so the
+    alert can name the GPU. ``direction`` says which deviation is bad.
+    ``abs_floor`` and ``rel_floor`` bound the peer spread from below so z stays
+    finite when peers are identical. ``collapse_ratio``: a value below this
+    fraction of the peer median is a *hard* signature (fires at once), provided
+    the median is at least ``collapse_min_median``. ``scored`` is False for
+    features that are carried in frames but judged elsewhere (XID, row remaps).
+    """
+
+    name: str
+    metrics: tuple[str, ...]
+    kind: Kind
+    reduce: Reduce = "max"
+    direction: Direction = "both"
+    abs_floor: float = 1e-6
+    rel_floor: float = 0.01
+    match: Mapping[str, str] = field(default_factory=dict)
+    per: str | None = None
+    collapse_ratio: float | None = None
+    collapse_min_median: float = 0.0
+    scored: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.metrics:
+            raise ValueError("a feature needs a name and at least one source metric")
+        if self.abs_floor <= 0:
+            raise ValueError(f"{self.name}: abs_floor must be > 0 (keeps z finite)")
+        if self.rel_floor < 0:
+            raise ValueError(f"{self.name}: rel_floor must be >= 0")
+        if self.per is not None and self.kind != "counter":
+            raise ValueError(f"{self.name}: a per-request ratio needs counters")
+        if self.collapse_ratio is not None and not 0 < self.collapse_ratio < 1:
+            raise ValueError(f"{self.name}: collapse_ratio must be in (0, 1)")
+
+
+# The default catalog. Floors are in the feature's own unit and sized to the
+# exporter's resolution (e.g. 1 % GPU util, 1 process, 1 K interrupts/s), so a
+# group of identical peers does not turn rounding noise into large z.
+DEFAULT_FEATURES: tuple[FeatureSpec, ...] = (
+    FeatureSpec(
+        "gpu_util", ("DCGM_FI_DEV_GPU_UTIL", "all_smi_gpu_utilization"), "gauge",
+        reduce="min", direction="down", abs_floor=2.0, rel_floor=0.02,
+    ),
+    FeatureSpec(
+        "gpu_power_w", ("DCGM_FI_DEV_POWER_USAGE", "all_smi_gpu_power_consumption_watts"),
+        "gauge", reduce="min", direction="both", abs_floor=10.0, rel_floor=0.02,
+    ),
+    FeatureSpec(
+        "gpu_temp_c", ("DCGM_FI_DEV_GPU_TEMP", "all_smi_gpu_temperature_celsius"), "gauge",
+        reduce="max", direction="up", abs_floor=1.5, rel_floor=0.01,
+    ),
+    FeatureSpec(
+        "intr_rate", ("node_intr_total",), "counter", reduce="sum", direction="down",
+        abs_floor=2_000.0, rel_floor=0.02, collapse_ratio=0.5, collapse_min_median=20_000.0,
+    ),
+    FeatureSpec(
+        "procs_running", ("node_procs_running",), "gauge", reduce="sum", direction="down",
+        abs_floor=1.0, rel_floor=0.05, collapse_ratio=0.2, collapse_min_median=3.0,
+    ),
+    FeatureSpec(
+        "pgpgout_rate", ("node_vmstat_pgpgout",), "counter", reduce="sum", direction="up",
+        abs_floor=100.0, rel_floor=0.05,
+    ),
+    FeatureSpec(
+        "nfs_getattr_rtt_s",
+        ("node_mountstats_nfs_operations_response_time_seconds_total",), "counter",
+        match={"operation": "GETATTR"}, per="node_mountstats_nfs_operations_requests_total",
+        reduce="max", direction="up", abs_floor=5e-4, rel_floor=0.05,
+    ),
+    FeatureSpec(
+        "nfs_write_queue_s",
+        ("node_mountstats_nfs_operations_queue_time_seconds_total",), "counter",
+        match={"operation": "WRITE"}, per="node_mountstats_nfs_operations_requests_total",
+        reduce="max", direction="up", abs_floor=0.05, rel_floor=0.05,
+    ),
+    FeatureSpec(
+        "xid_last", ("DCGM_FI_DEV_XID_ERRORS",), "gauge", reduce="max", scored=False,
+    ),
+)
+
+
+def select_features(
+    catalog: Iterable[FeatureSpec], names: Iterable[str] | None
+) -> tuple[FeatureSpec, ...]:
+    """The catalog restricted to ``names`` (all of it when ``names`` is None)."""
+    catalog = tuple(catalog)
+    if names is None:
+        return catalog
+    wanted = list(names)
+    known = {f.name for f in catalog}
+    unknown = [n for n in wanted if n not in known]
+    if unknown:
+        raise ValueError(f"unknown feature(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    return tuple(f for f in catalog if f.name in set(wanted))

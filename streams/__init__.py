@@ -1,0 +1,1 @@
+"""The I/O shell of peerwatch: Kafka, HTTP, time, files."""

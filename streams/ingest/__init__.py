@@ -1,0 +1,1 @@
+"""Remote-write ingest: decode Prometheus samples and build per-node frames."""

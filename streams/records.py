@@ -1,0 +1,41 @@
+"""Wire records: what travels on peerwatch's Kafka topics.
+
+Faust ``Record`` classes live here and nowhere else; agents convert them to
+plain detector inputs at the boundary. All records are JSON.
+"""
+
+from __future__ import annotations
+
+import faust
+
+
+class Frame(faust.Record, serializer="json"):
+    """One node's features for one 30-s bucket (topic ``peerwatch.frames``, key = group).
+
+    ``ts`` is the bucket start in epoch ms. ``values`` holds only the features
+    that were observed: a missing feature is absent, never 0. ``gpus`` names the
+    worst GPU for features reduced over GPUs. Several frames for the same
+    (node, ts) may arrive (a late scrape, a resent request): they merge with the
+    feature's own reduction, which is idempotent.
+    """
+
+    group: str
+    node: str
+    ts: int
+    values: dict[str, float]
+    gpus: dict[str, str] = {}  # noqa: RUF012 - faust copies field defaults
+
+
+class AlertRecord(faust.Record, serializer="json"):
+    """An alert as sent to Alertmanager, plus scoring detail (topic ``peerwatch.alerts``, key = node)."""
+
+    status: str  # "firing" | "resolved"
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    starts_at: str
+    ends_at: str | None
+    score: float
+    signals: list[dict]  # [{"feature", "z", "value", "median", "gpu"}]
+    action: str | None = None
+    lead_s: float | None = None
+    bucket_ts: int = 0

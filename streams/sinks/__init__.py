@@ -1,0 +1,1 @@
+"""Where decided alerts go: Alertmanager, Grafana, the alerts topic."""
