@@ -1,0 +1,82 @@
+"""Turn detector alert states into what the sinks send.
+
+One function per output shape: the Alertmanager payload (labels identify the
+alert; annotations say why, with the top signals and their z) and the
+``peerwatch.alerts`` record (the same plus machine-readable scoring detail).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from detectors.alerts import AlertChange
+from streams.records import AlertRecord
+from streams.sinks.alertmanager import rfc3339
+
+SUMMARIES = {
+    "PeerwatchNodeCollapse": "{node}: hard failure signature against its peers",
+    "PeerwatchNodeSilent": "{node}: stopped reporting while its peers report",
+    "PeerwatchNodeDeviation": "{node}: sustained deviation from its peers",
+    "PeerwatchGroupDegraded": "group {group}: peers deviate together (not a node fault)",
+}
+
+
+def _signal_text(signals: Any) -> str:
+    parts = []
+    for s in signals:
+        where = f" gpu{s.gpu}" if getattr(s, "gpu", None) else ""
+        parts.append(f"{s.feature}{where} z={s.z:+.1f} ({s.value:.4g} vs peers {s.median:.4g})")
+    return "; ".join(parts)
+
+
+def alert_labels(change: AlertChange) -> dict[str, str]:
+    labels = {
+        "alertname": change.alertname,
+        "severity": change.severity,
+        "group": change.group,
+        "source": "peerwatch",
+    }
+    if change.node:
+        labels["node"] = change.node
+    gpu = next((s.gpu for s in change.signals if getattr(s, "gpu", None)), None)
+    if gpu is not None:
+        labels["gpu"] = str(gpu)
+    return labels
+
+
+def alert_annotations(change: AlertChange) -> dict[str, str]:
+    template = SUMMARIES.get(change.alertname, "{node} {group}: anomaly")
+    return {
+        "summary": template.format(node=change.node or "-", group=change.group),
+        "description": change.reason,
+        "signals": _signal_text(change.signals),
+        "score": f"{change.score:.2f}",
+    }
+
+
+def to_payload(change: AlertChange) -> dict[str, Any]:
+    """What ``AlertmanagerSink.submit`` takes."""
+    return {
+        "status": change.status,
+        "labels": alert_labels(change),
+        "annotations": alert_annotations(change),
+        "starts_at_s": change.starts_bucket_ts / 1000.0,
+    }
+
+
+def to_record(change: AlertChange) -> AlertRecord:
+    """The ``peerwatch.alerts`` message."""
+    return AlertRecord(
+        status=change.status,
+        labels=alert_labels(change),
+        annotations=alert_annotations(change),
+        starts_at=rfc3339(change.starts_bucket_ts / 1000.0),
+        ends_at=rfc3339(change.bucket_ts / 1000.0) if change.status == "resolved" else None,
+        score=float(change.score),
+        signals=[
+            {"feature": s.feature, "z": float(s.z), "value": float(s.value),
+             "median": float(s.median), "gpu": s.gpu}
+            for s in change.signals
+        ],
+        bucket_ts=change.bucket_ts,
+    )

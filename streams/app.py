@@ -1,0 +1,153 @@
+"""The Faust worker: frames in, alerts out. Thin wiring around ``Pipeline``.
+
+Topics: ``peerwatch.frames`` (key = group) is consumed by one agent, so a group
+is always handled by one worker, in order. Per-group detector state and window
+membership live in the changelogged table ``group-state`` (co-partitioned with
+the frames topic), so a restarted worker continues with its learned state.
+
+Quiet groups: a bucket must close even if no further frame arrives. A 1-s timer
+sends a *tick* (a frame with an empty node) for every group with an overdue
+bucket; the tick travels the frames topic to the agent that owns the group,
+which closes the bucket inside normal stream processing — the only place where
+Faust lets a table be written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import faust
+import httpx
+
+from detectors.features import DEFAULT_FEATURES, select_features
+from detectors.group import ScoringParams
+from streams.alerting import to_payload, to_record
+from streams.metrics import WorkerMetrics
+from streams.pipeline import Pipeline, Scored
+from streams.records import AlertRecord, Frame
+from streams.settings import Settings
+from streams.sinks.alertmanager import AlertmanagerSink
+
+log = logging.getLogger("peerwatch.worker")
+
+TICK_EVERY_S = 1.0
+
+
+def tick_frame(group: str) -> Frame:
+    """The wake-up message for a quiet group (see module docstring)."""
+    return Frame(group=group, node="", ts=-1, values={}, gpus={})
+
+
+def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faust.App:
+    metrics = metrics or WorkerMetrics()
+    app = faust.App(
+        settings.app_id,
+        broker=settings.kafka,
+        store=settings.store,
+        datadir=str(settings.datadir),
+        topic_partitions=settings.topic_partitions,
+        web_enabled=False,
+        # a single worker should own its partitions at once, not after rebalance delays
+        broker_session_timeout=10.0,
+        broker_heartbeat_interval=1.0,
+        stream_wait_empty=False,
+        producer_acks=-1,
+    )
+    frames_topic = app.topic(
+        settings.topic_frames, key_type=str, value_type=Frame, partitions=settings.topic_partitions
+    )
+    alerts_topic = app.topic(
+        settings.topic_alerts, key_type=str, value_type=AlertRecord,
+        partitions=settings.topic_partitions,
+    )
+    state_table = app.Table(
+        "group-state", default=None, partitions=settings.topic_partitions, key_type=str
+    )
+    features = select_features(DEFAULT_FEATURES, settings.features)
+    pipeline = Pipeline(
+        features,
+        ScoringParams(),
+        bucket_ms=settings.bucket_ms,
+        grace_s=settings.grace_s,
+        membership_buckets=settings.membership_buckets,
+    )
+    sink_holder: dict[str, AlertmanagerSink] = {}
+
+    def on_delivery(outcome: str, n: int) -> None:
+        metrics.deliveries.labels(sink="alertmanager", outcome=outcome).inc(n)
+
+    async def publish(scored: Scored) -> None:
+        bucket, result = scored.bucket, scored.result
+        metrics.buckets.labels(group=bucket.group).inc()
+        metrics.bucket_nodes.labels(group=bucket.group).set(len(bucket.frames))
+        metrics.score_seconds.observe(scored.seconds)
+        for change in result.changes:
+            metrics.alerts.labels(alertname=change.alertname, status=change.status).inc()
+            log.info(
+                "alert_%s alertname=%s group=%s node=%s bucket=%d score=%.2f reason=%s",
+                change.status, change.alertname, change.group, change.node, change.bucket_ts,
+                change.score, change.reason,
+            )
+            await alerts_topic.send(key=change.node or change.group, value=to_record(change))
+        sink = sink_holder.get("am")
+        if sink is not None and result.changes:
+            sink.submit(to_payload(c) for c in result.changes)
+
+    @app.agent(frames_topic)
+    async def score_frames(stream: Any) -> None:
+        async for frame in stream:
+            group = frame.group
+            if group not in pipeline.windows and (snap := state_table.get(group)):
+                pipeline.restore(group, snap)
+                log.info("group_restored group=%s", group)
+            now = time.time()
+            if frame.node:
+                metrics.frames.inc()
+                if not pipeline.add(group, frame.node, frame.ts, frame.values, frame.gpus, now):
+                    metrics.frames_late.labels(group=group).inc()
+                    log.debug("frame_late group=%s node=%s ts=%d", group, frame.node, frame.ts)
+            scored = pipeline.due(group, now)
+            for item in scored:
+                await publish(item)
+            if scored:
+                state_table[group] = pipeline.snapshot(group)
+
+    @app.timer(TICK_EVERY_S)
+    async def wake_quiet_groups() -> None:
+        for group in pipeline.groups_waiting(time.time()):
+            await frames_topic.send(key=group, value=tick_frame(group))
+
+    if settings.alertmanager_url:
+
+        @app.task
+        async def deliver_alerts() -> None:
+            async with httpx.AsyncClient() as client:
+                sink = AlertmanagerSink(
+                    settings.alertmanager_url, client, resend_s=settings.alert_resend_s,
+                    on_result=on_delivery,
+                )
+                sink_holder["am"] = sink
+                try:
+                    await sink.run()
+                finally:
+                    del sink_holder["am"]
+
+    app.peerwatch_pipeline = pipeline  # type: ignore[attr-defined]  # for tests and the demo
+    return app
+
+
+def run_worker(settings: Settings, loglevel: str = "info") -> None:
+    """Run the Faust worker in the foreground until SIGINT/SIGTERM."""
+    from prometheus_client import start_http_server
+
+    metrics = WorkerMetrics()
+    if settings.worker_web_port:
+        start_http_server(settings.worker_web_port, addr="127.0.0.1", registry=metrics.registry)
+    app = create_app(settings, metrics)
+    settings.datadir.mkdir(parents=True, exist_ok=True)
+    worker = faust.Worker(app, loglevel=loglevel, quiet=True)
+    asyncio.set_event_loop(worker.loop)
+    worker.execute_from_commandline()

@@ -1,0 +1,103 @@
+"""One typed settings object for every peerwatch process.
+
+Precedence, lowest to highest: defaults < config file (YAML or TOML, given by
+``--config`` or ``PEERWATCH_CONFIG``) < environment (``PEERWATCH_*``) < CLI
+flags. Passed explicitly to whatever needs it; there is no global instance.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="PEERWATCH_", extra="forbid")
+
+    # Kafka
+    kafka: str = Field("kafka://127.0.0.1:9092", description="broker URL(s), faust style")
+    topic_frames: str = "peerwatch.frames"
+    topic_alerts: str = "peerwatch.alerts"
+    topic_xid: str = "peerwatch.xid"
+    topic_partitions: int = Field(4, ge=1)
+    app_id: str = "peerwatch"
+
+    # identity of a node and of its peer group, from labels
+    node_labels: list[str] = ["instance", "hostname", "Hostname"]
+    group_labels: list[str] = ["cluster"]
+    features: list[str] | None = Field(None, description="feature names to use; all if unset")
+
+    # time
+    bucket_s: int = Field(30, ge=1)
+    grace_s: float = Field(20.0, ge=0, description="wait this long for late nodes before scoring")
+    membership_buckets: int = Field(20, ge=1, description="a node is expected if seen this recently")
+
+    # ingest
+    ingest_host: str = "127.0.0.1"
+    ingest_port: int = Field(9201, ge=0, le=65535)
+    max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024)
+    ingest_idle_flush_s: float = Field(
+        10.0, gt=0, description="close a node's bucket after this long without samples"
+    )
+    ingest_max_backlog_frames: int = Field(
+        200_000, ge=1, description="above this many unsent frames, answer 503"
+    )
+
+    # worker
+    worker_web_port: int = Field(6066, ge=0, le=65535)
+    datadir: Path = Path("peerwatch-data")
+    store: str = "memory://"
+
+    # alert outputs
+    alertmanager_url: str | None = "http://127.0.0.1:9093"
+    alert_resend_s: float = Field(60.0, gt=0)
+    grafana_url: str | None = None
+    grafana_token: SecretStr | None = None
+
+    @field_validator("node_labels", "group_labels")
+    @classmethod
+    def _non_empty(cls, v: list[str]) -> list[str]:
+        if not v or any(not s for s in v):
+            raise ValueError("needs at least one non-empty label name")
+        return v
+
+    @property
+    def bucket_ms(self) -> int:
+        return self.bucket_s * 1000
+
+    @property
+    def broker_host_port(self) -> str:
+        """``host:port,...`` without the ``kafka://`` scheme (for aiokafka)."""
+        return ",".join(u.split("://", 1)[-1] for u in self.kafka.split(";"))
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    text = path.read_text()
+    data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping of setting names to values")
+    return {k.replace("-", "_"): v for k, v in data.items()}
+
+
+def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
+    """Build settings from file < environment < ``overrides`` (CLI flags; None = not given)."""
+    path = config or (Path(p) if (p := os.environ.get("PEERWATCH_CONFIG")) else None)
+    from_file = _read_file(path) if path else {}
+    env_set = {
+        name
+        for name in Settings.model_fields
+        if f"PEERWATCH_{name.upper()}" in os.environ
+    }
+    base = {k: v for k, v in from_file.items() if k not in env_set}
+    cli = {k: v for k, v in overrides.items() if v is not None}
+    # pydantic-settings gives init kwargs priority over env; file values are
+    # passed only where the environment is silent, so env still beats the file.
+    return Settings(**{**base, **cli})

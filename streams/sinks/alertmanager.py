@@ -1,0 +1,143 @@
+"""Deliver alerts to Alertmanager's v2 API, surviving its outages.
+
+Alertmanager identifies an alert by its label set, so the outbox keeps only the
+latest state per label set: an outage of any length costs memory bounded by the
+number of distinct alerts, and when Alertmanager is back it receives exactly the
+current truth. Firing alerts are re-sent every ``resend_s`` with
+``endsAt = now + 4 × resend_s`` (as Prometheus does), so Alertmanager resolves
+them by itself if peerwatch dies; resolved alerts are sent once with
+``endsAt = now``.
+
+Errors::
+
+    httpx.TransportError / 5xx  -> keep, back off, retry (Alertmanager away)
+    4xx                          -> log the reply and drop that batch (our bug;
+                                    retrying the same bytes cannot succeed)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+
+log = logging.getLogger("peerwatch.alertmanager")
+
+Payload = dict[str, Any]
+
+
+def rfc3339(epoch_s: float) -> str:
+    return datetime.fromtimestamp(epoch_s, UTC).isoformat(timespec="milliseconds").replace(
+        "+00:00", "Z"
+    )
+
+
+def _key(labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(labels.items()))
+
+
+class AlertmanagerSink:
+    def __init__(
+        self,
+        url: str,
+        client: httpx.AsyncClient,
+        *,
+        resend_s: float = 60.0,
+        backoff_max_s: float = 30.0,
+        clock: Callable[[], float] = time.time,
+        on_result: Callable[[str, int], None] | None = None,
+    ) -> None:
+        self._endpoint = url.rstrip("/") + "/api/v2/alerts"
+        self._client = client
+        self._resend_s = resend_s
+        self._backoff_max_s = backoff_max_s
+        self._clock = clock
+        self._on_result = on_result or (lambda outcome, n: None)
+        self._firing: dict[tuple, Payload] = {}  # alerts to keep re-sending
+        self._outbox: dict[tuple, Payload] = {}  # latest undelivered state per alert
+        self._wake = asyncio.Event()
+
+    def submit(self, alerts: Iterable[Payload]) -> None:
+        """Queue alert states (``status`` "firing" or "resolved"); delivery is async."""
+        for alert in alerts:
+            key = _key(alert["labels"])
+            if alert.get("status") == "resolved":
+                self._firing.pop(key, None)
+            else:
+                self._firing[key] = alert
+            self._outbox[key] = alert
+        self._wake.set()
+
+    @property
+    def pending(self) -> int:
+        return len(self._outbox)
+
+    def _wire(self, alert: Payload, now: float) -> Payload:
+        starts = min(alert["starts_at_s"], now)  # replays may run ahead of the wall clock
+        if alert.get("status") == "resolved":
+            ends = max(now, starts + 0.001)
+        else:
+            ends = now + 4 * self._resend_s
+        return {
+            "labels": alert["labels"],
+            "annotations": alert.get("annotations", {}),
+            "startsAt": rfc3339(starts),
+            "endsAt": rfc3339(ends),
+            "generatorURL": alert.get("generator_url", ""),
+        }
+
+    async def flush(self) -> bool:
+        """Try to deliver the outbox once. True when it is empty afterwards."""
+        if not self._outbox:
+            return True
+        batch = dict(self._outbox)
+        now = self._clock()
+        body = [self._wire(a, now) for a in batch.values()]
+        try:
+            reply = await self._client.post(self._endpoint, json=body, timeout=10.0)
+        except httpx.TransportError as exc:
+            log.warning("alertmanager_unavailable error=%r pending=%d", exc, len(batch))
+            self._on_result("unavailable", len(batch))
+            return False
+        if reply.status_code >= 500:
+            log.warning("alertmanager_unavailable status=%d pending=%d", reply.status_code, len(batch))
+            self._on_result("unavailable", len(batch))
+            return False
+        for key, alert in batch.items():
+            if self._outbox.get(key) is alert:  # not superseded while we were sending
+                del self._outbox[key]
+        if reply.status_code >= 400:
+            log.error(
+                "alertmanager_rejected status=%d reply=%s n=%d",
+                reply.status_code, reply.text[:300], len(batch),
+            )
+            self._on_result("rejected", len(batch))
+            return not self._outbox
+        log.info("alerts_sent n=%d status=%d", len(batch), reply.status_code)
+        self._on_result("sent", len(batch))
+        return not self._outbox
+
+    async def run(self) -> None:
+        """Deliver forever: on submit, on every resend tick, with backoff while away."""
+        backoff = 0.5
+        next_resend = self._clock() + self._resend_s
+        while True:
+            timeout = max(0.0, next_resend - self._clock())
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=timeout)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            if self._clock() >= next_resend:
+                for key, alert in self._firing.items():
+                    self._outbox.setdefault(key, alert)
+                next_resend = self._clock() + self._resend_s
+            while not await self.flush():
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self._backoff_max_s)
+            backoff = 0.5

@@ -1,0 +1,128 @@
+"""Per-group bucket windows: collect one bucket's frames, decide when to score it.
+
+A bucket of a group closes (and is scored) at the first of:
+
+* every expected member has reported for it;
+* ``grace_s`` of wall time have passed since its first frame arrived (a node
+  that is late or dead must not hold the group back; a timer drives this for
+  quiet groups, since nothing else would wake the worker);
+* frames for a bucket ``lag_buckets`` newer have arrived (event time has moved
+  on, e.g. a replay faster than real time).
+
+Buckets close in order. A frame for a bucket that is already closed is late:
+it is counted and dropped. Partial frames of the same (node, bucket) merge with
+each feature's own reduction. Expected members are the nodes seen in the last
+``membership_buckets`` buckets, so a node that goes silent stays expected for a
+while and its absence is scored as a signal.
+
+This is bookkeeping only; the maths is in ``detectors``. Time is passed in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from detectors.features import FeatureSpec
+from streams.ingest.frames import merge_frames
+
+
+@dataclass
+class ClosedBucket:
+    group: str
+    ts: int
+    frames: dict[str, dict[str, float]]
+    gpus: dict[str, dict[str, str]]
+    expected: frozenset[str]
+
+
+@dataclass
+class _OpenBucket:
+    first_arrival_s: float
+    frames: dict[str, dict[str, float]] = field(default_factory=dict)
+    gpus: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+@dataclass
+class GroupWindow:
+    """Open buckets and membership of one peer group."""
+
+    group: str
+    features: Sequence[FeatureSpec]
+    bucket_ms: int
+    grace_s: float
+    membership_buckets: int
+    lag_buckets: int = 2
+    closed_upto: int = -1  # ts of the newest closed bucket
+    last_seen: dict[str, int] = field(default_factory=dict)  # node -> newest bucket ts
+    _open: dict[int, _OpenBucket] = field(default_factory=dict)
+
+    def add(
+        self, node: str, ts: int, values: Mapping[str, float], gpus: Mapping[str, str], now_s: float
+    ) -> bool:
+        """Take one (partial) frame. False if it is late (its bucket already closed)."""
+        if ts <= self.closed_upto:
+            return False
+        bucket = self._open.get(ts)
+        if bucket is None:
+            bucket = self._open[ts] = _OpenBucket(first_arrival_s=now_s)
+        if node in bucket.frames:
+            bucket.frames[node], bucket.gpus[node] = merge_frames(
+                bucket.frames[node], bucket.gpus[node], values, gpus, self.features
+            )
+        else:
+            bucket.frames[node], bucket.gpus[node] = dict(values), dict(gpus)
+        if ts > self.last_seen.get(node, -1):
+            self.last_seen[node] = ts
+        return True
+
+    def expected_at(self, ts: int) -> frozenset[str]:
+        horizon = ts - self.membership_buckets * self.bucket_ms
+        return frozenset(n for n, seen in self.last_seen.items() if seen >= horizon)
+
+    def due(self, now_s: float) -> list[ClosedBucket]:
+        """Close and return every bucket that is ready, oldest first."""
+        if not self._open:
+            return []
+        newest = max(self._open)
+        ready_upto = -1
+        for ts in sorted(self._open):
+            bucket = self._open[ts]
+            # Until one bucket has closed the hard way, membership is unknown
+            # (the first frame alone would look "complete").
+            complete = self.closed_upto >= 0 and self.expected_at(ts) <= bucket.frames.keys()
+            timed_out = now_s - bucket.first_arrival_s >= self.grace_s
+            overtaken = newest - ts >= self.lag_buckets * self.bucket_ms
+            if complete or timed_out or overtaken:
+                ready_upto = ts  # closing ts closes everything older too
+        closed = []
+        for ts in sorted(t for t in self._open if t <= ready_upto):
+            bucket = self._open.pop(ts)
+            closed.append(
+                ClosedBucket(self.group, ts, bucket.frames, bucket.gpus, self.expected_at(ts))
+            )
+            self.closed_upto = ts
+        self._forget_departed()
+        return closed
+
+    def oldest_open_age(self, now_s: float) -> float:
+        """Seconds since the oldest open bucket got its first frame (-inf if none)."""
+        if not self._open:
+            return float("-inf")
+        return now_s - min(b.first_arrival_s for b in self._open.values())
+
+    def _forget_departed(self) -> None:
+        horizon = self.closed_upto - self.membership_buckets * self.bucket_ms
+        for node in [n for n, seen in self.last_seen.items() if seen < horizon]:
+            del self.last_seen[node]
+
+    # Membership and progress survive a worker restart (kept in a Faust table).
+    # Open buckets live in memory only: a crash loses at most the frames of the
+    # buckets still inside their grace period.
+    def snapshot(self) -> dict[str, Any]:
+        return {"closed_upto": self.closed_upto, "last_seen": dict(self.last_seen)}
+
+    def restore(self, snap: Mapping[str, Any]) -> None:
+        self.closed_upto = int(snap.get("closed_upto", -1))
+        self.last_seen = {str(k): int(v) for k, v in snap.get("last_seen", {}).items()}
