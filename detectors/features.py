@@ -121,5 +121,7 @@ def select_features(
     known = {f.name for f in catalog}
     unknown = [n for n in wanted if n not in known]
     if unknown:
-        raise ValueError(f"unknown feature(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        raise ValueError(
+            f"unknown feature(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+        )
     return tuple(f for f in catalog if f.name in set(wanted))

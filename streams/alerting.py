@@ -74,8 +74,13 @@ def to_record(change: AlertChange) -> AlertRecord:
         ends_at=rfc3339(change.bucket_ts / 1000.0) if change.status == "resolved" else None,
         score=float(change.score),
         signals=[
-            {"feature": s.feature, "z": float(s.z), "value": float(s.value),
-             "median": float(s.median), "gpu": s.gpu}
+            {
+                "feature": s.feature,
+                "z": float(s.z),
+                "value": float(s.value),
+                "median": float(s.median),
+                "gpu": s.gpu,
+            }
             for s in change.signals
         ],
         bucket_ts=change.bucket_ts,

@@ -60,7 +60,9 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
         settings.topic_frames, key_type=str, value_type=Frame, partitions=settings.topic_partitions
     )
     alerts_topic = app.topic(
-        settings.topic_alerts, key_type=str, value_type=AlertRecord,
+        settings.topic_alerts,
+        key_type=str,
+        value_type=AlertRecord,
         partitions=settings.topic_partitions,
     )
     state_table = app.Table(
@@ -88,13 +90,19 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
             metrics.alerts.labels(alertname=change.alertname, status=change.status).inc()
             log.info(
                 "alert_%s alertname=%s group=%s node=%s bucket=%d score=%.2f reason=%s",
-                change.status, change.alertname, change.group, change.node, change.bucket_ts,
-                change.score, change.reason,
+                change.status,
+                change.alertname,
+                change.group,
+                change.node,
+                change.bucket_ts,
+                change.score,
+                change.reason,
             )
             await alerts_topic.send(key=change.node or change.group, value=to_record(change))
         sink = sink_holder.get("am")
-        if sink is not None and result.changes:
+        if sink is not None:
             sink.submit(to_payload(c) for c in result.changes)
+            sink.keep_firing(to_payload(a) for a in result.active)
 
     @app.agent(frames_topic)
     async def score_frames(stream: Any) -> None:
@@ -126,7 +134,9 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
         async def deliver_alerts() -> None:
             async with httpx.AsyncClient() as client:
                 sink = AlertmanagerSink(
-                    settings.alertmanager_url, client, resend_s=settings.alert_resend_s,
+                    settings.alertmanager_url,
+                    client,
+                    resend_s=settings.alert_resend_s,
                     on_result=on_delivery,
                 )
                 sink_holder["am"] = sink

@@ -29,11 +29,16 @@ def _settings(ctx: click.Context, **flags: Any) -> Settings:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
-    "--config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    "--config",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="YAML or TOML settings file (env PEERWATCH_CONFIG).",
 )
-@click.option("--log-level", default="info", show_default=True,
-              type=click.Choice(["debug", "info", "warning", "error"]))
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"]),
+)
 @click.pass_context
 def main(ctx: click.Context, config: Path | None, log_level: str) -> None:
     """peerwatch: peer-group anomaly detection for GPU training clusters."""

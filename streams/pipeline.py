@@ -52,8 +52,13 @@ class Pipeline:
         return win
 
     def add(
-        self, group: str, node: str, ts: int, values: Mapping[str, float],
-        gpus: Mapping[str, str], now_s: float,
+        self,
+        group: str,
+        node: str,
+        ts: int,
+        values: Mapping[str, float],
+        gpus: Mapping[str, str],
+        now_s: float,
     ) -> bool:
         """Take one frame; False when it is late and was dropped."""
         return self.window(group).add(node, ts, values, gpus, now_s)
@@ -65,8 +70,14 @@ class Pipeline:
             started = time.perf_counter()
             state = self.states.get(group) or GroupState()
             state, result = score_bucket(
-                state, group, bucket.ts, bucket.frames, bucket.gpus, bucket.expected,
-                self.features, self.params,
+                state,
+                group,
+                bucket.ts,
+                bucket.frames,
+                bucket.gpus,
+                bucket.expected,
+                self.features,
+                self.params,
             )
             self.states[group] = state
             out.append(Scored(bucket, result, time.perf_counter() - started))

@@ -23,11 +23,14 @@ class Frame(faust.Record, serializer="json"):
     node: str
     ts: int
     values: dict[str, float]
-    gpus: dict[str, str] = {}  # noqa: RUF012 - faust copies field defaults
+    gpus: dict[str, str] = {}
 
 
 class AlertRecord(faust.Record, serializer="json"):
-    """An alert as sent to Alertmanager, plus scoring detail (topic ``peerwatch.alerts``, key = node)."""
+    """An alert as sent to Alertmanager, plus scoring detail.
+
+    Topic ``peerwatch.alerts``, key = node (the group for group-level alerts).
+    """
 
     status: str  # "firing" | "resolved"
     labels: dict[str, str]

@@ -36,7 +36,9 @@ class Settings(BaseSettings):
     # time
     bucket_s: int = Field(30, ge=1)
     grace_s: float = Field(20.0, ge=0, description="wait this long for late nodes before scoring")
-    membership_buckets: int = Field(20, ge=1, description="a node is expected if seen this recently")
+    membership_buckets: int = Field(
+        20, ge=1, description="a node is expected if seen this recently"
+    )
 
     # ingest
     ingest_host: str = "127.0.0.1"
@@ -91,11 +93,7 @@ def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
     """Build settings from file < environment < ``overrides`` (CLI flags; None = not given)."""
     path = config or (Path(p) if (p := os.environ.get("PEERWATCH_CONFIG")) else None)
     from_file = _read_file(path) if path else {}
-    env_set = {
-        name
-        for name in Settings.model_fields
-        if f"PEERWATCH_{name.upper()}" in os.environ
-    }
+    env_set = {name for name in Settings.model_fields if f"PEERWATCH_{name.upper()}" in os.environ}
     base = {k: v for k, v in from_file.items() if k not in env_set}
     cli = {k: v for k, v in overrides.items() if v is not None}
     # pydantic-settings gives init kwargs priority over env; file values are

@@ -98,8 +98,7 @@ class FrameProducer:
 
     async def _send_batch(self, producer: AIOKafkaProducer, frames: list[FrameData]) -> None:
         futures = [
-            await producer.send(self._topic, encode_frame(f), key=f.group.encode())
-            for f in frames
+            await producer.send(self._topic, encode_frame(f), key=f.group.encode()) for f in frames
         ]
         await asyncio.gather(*futures)
 

@@ -29,7 +29,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from detectors.features import DEFAULT_FEATURES, select_features
 from streams.ingest.frames import FrameBuilder
 from streams.ingest.producer import FrameProducer
-from streams.ingest.remote_write import RemoteWriteError, decode_write_request
+from streams.ingest.remote_write import RemoteWriteError, WriteRequestDecoder
 from streams.metrics import IngestMetrics
 from streams.settings import Settings
 
@@ -49,6 +49,11 @@ class Ingest:
             group_labels=tuple(settings.group_labels),
             bucket_ms=settings.bucket_ms,
         )
+        # Series of metrics no feature uses are skipped before their labels are
+        # parsed: most of what exporters send, and most of the decode cost.
+        self.decoder = WriteRequestDecoder(
+            metric_names=self.builder.metric_names, max_body_bytes=8 * settings.max_body_bytes
+        )
 
     def _reply(self, status: int, text: str | None = None) -> web.Response:
         self.metrics.requests.labels(code=str(status)).inc()
@@ -56,7 +61,9 @@ class Ingest:
 
     async def write(self, request: web.Request) -> web.Response:
         ctype = request.headers.get("Content-Type", "application/x-protobuf")
-        if "proto=io.prometheus.write.v2" in ctype or not ctype.startswith("application/x-protobuf"):
+        if "proto=io.prometheus.write.v2" in ctype or not ctype.startswith(
+            "application/x-protobuf"
+        ):
             return self._reply(415, f"unsupported content type {ctype!r}; send remote_write 1.0\n")
         if (request.content_length or 0) > self.settings.max_body_bytes:
             return self._reply(413, f"body above {self.settings.max_body_bytes} bytes\n")
@@ -69,7 +76,7 @@ class Ingest:
         except web.HTTPRequestEntityTooLarge:
             return self._reply(413, f"body above {self.settings.max_body_bytes} bytes\n")
         try:
-            series = decode_write_request(body)
+            series = self.decoder.decode(body)
         except RemoteWriteError as exc:
             log.warning("remote_write_rejected peer=%s reason=%s", request.remote, exc)
             return self._reply(400, f"{exc}\n")
@@ -138,6 +145,9 @@ def run_ingest(settings: Settings) -> None:
     ingest = build_ingest(settings)
     log.info("ingest_listening host=%s port=%d", settings.ingest_host, settings.ingest_port)
     web.run_app(
-        ingest.app(), host=settings.ingest_host, port=settings.ingest_port, print=None,
+        ingest.app(),
+        host=settings.ingest_host,
+        port=settings.ingest_port,
+        print=None,
         handle_signals=True,
     )

@@ -18,6 +18,7 @@ Errors::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -32,8 +33,10 @@ Payload = dict[str, Any]
 
 
 def rfc3339(epoch_s: float) -> str:
-    return datetime.fromtimestamp(epoch_s, UTC).isoformat(timespec="milliseconds").replace(
-        "+00:00", "Z"
+    return (
+        datetime.fromtimestamp(epoch_s, UTC)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
     )
 
 
@@ -73,6 +76,15 @@ class AlertmanagerSink:
             self._outbox[key] = alert
         self._wake.set()
 
+    def keep_firing(self, alerts: Iterable[Payload]) -> None:
+        """Make sure these firing alerts are re-sent, without queueing them now.
+
+        After a worker restart the detector state (from its table) knows what is
+        firing; this puts those alerts back on the resend schedule.
+        """
+        for alert in alerts:
+            self._firing.setdefault(_key(alert["labels"]), alert)
+
     @property
     def pending(self) -> int:
         return len(self._outbox)
@@ -105,7 +117,9 @@ class AlertmanagerSink:
             self._on_result("unavailable", len(batch))
             return False
         if reply.status_code >= 500:
-            log.warning("alertmanager_unavailable status=%d pending=%d", reply.status_code, len(batch))
+            log.warning(
+                "alertmanager_unavailable status=%d pending=%d", reply.status_code, len(batch)
+            )
             self._on_result("unavailable", len(batch))
             return False
         for key, alert in batch.items():
@@ -114,7 +128,9 @@ class AlertmanagerSink:
         if reply.status_code >= 400:
             log.error(
                 "alertmanager_rejected status=%d reply=%s n=%d",
-                reply.status_code, reply.text[:300], len(batch),
+                reply.status_code,
+                reply.text[:300],
+                len(batch),
             )
             self._on_result("rejected", len(batch))
             return not self._outbox
@@ -128,10 +144,8 @@ class AlertmanagerSink:
         next_resend = self._clock() + self._resend_s
         while True:
             timeout = max(0.0, next_resend - self._clock())
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=timeout)
-            except TimeoutError:
-                pass
             self._wake.clear()
             if self._clock() >= next_resend:
                 for key, alert in self._firing.items():

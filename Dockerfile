@@ -1,0 +1,20 @@
+# syntax=docker/dockerfile:1
+# Build a wheel in one stage, install it into a slim runtime as a non-root user.
+FROM python:3.11-slim AS build
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY streams ./streams
+COPY detectors ./detectors
+RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+
+FROM python:3.11-slim
+RUN useradd --system --uid 10001 --home-dir /var/lib/peerwatch --create-home peerwatch
+COPY --from=build /wheels /wheels
+RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
+USER peerwatch
+WORKDIR /var/lib/peerwatch
+ENV PEERWATCH_DATADIR=/var/lib/peerwatch/data \
+    PEERWATCH_INGEST_HOST=0.0.0.0
+EXPOSE 9201 6066
+ENTRYPOINT ["peerwatch"]
+CMD ["--help"]

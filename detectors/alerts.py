@@ -1,0 +1,369 @@
+"""Alert lifecycle per (alertname, node): inactive → pending → firing → resolved.
+
+Each bucket, every alert key gets an :class:`Observation`: the evidence is
+``present``, ``absent`` or ``unknown`` (no data to judge: the node is silent, or
+too few peers reported). Unknown freezes the alert where it is — a collapsed
+node that then stops reporting stays firing rather than drifting toward
+"resolved", and a pending soft streak neither grows nor resets.
+
+* inactive + present → pending (streak 1); firing once the streak reaches the
+  family's count: 1 for a hard signature (fires in the same bucket),
+  ``persistence`` for soft deviation and group degradation, ``silent_buckets``
+  for silence.
+* pending + absent → inactive. A blip shorter than the count is forgotten and
+  never produces a transition.
+* firing + absent for ``resolve_after`` consecutive buckets → resolved (then
+  inactive). Any present bucket in between restarts that count (hysteresis).
+* While pending or firing the alert keeps its strongest observation (score,
+  signals, reason), the bucket its evidence began and the bucket it first fired.
+
+One alert per (node, family), however many features contribute, so a failing
+node produces at most one alert per family, not a storm. Group degradation is
+keyed with ``node=None``: it never names a node.
+
+Everything here is a pure function of (states, observations); states are frozen
+dataclasses with ``to_dict``/``from_dict`` round-tripping to JSON-safe dicts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from detectors.fusion import Signal
+
+__all__ = [
+    "FAMILIES",
+    "GROUP_DEGRADED",
+    "NODE_COLLAPSE",
+    "NODE_DEVIATION",
+    "NODE_SILENT",
+    "AlertChange",
+    "AlertFamily",
+    "AlertKey",
+    "AlertParams",
+    "AlertState",
+    "AlertStep",
+    "Observation",
+    "active_alerts",
+    "step_alerts",
+]
+
+Evidence = Literal["present", "absent", "unknown"]
+Severity = Literal["critical", "warning"]
+Status = Literal["firing", "resolved"]
+Phase = Literal["pending", "firing"]
+Trigger = Literal["hard", "soft", "silent"]
+AlertKey = tuple[str, str | None]  # (alertname, node); node None = the group itself
+
+NODE_COLLAPSE = "PeerwatchNodeCollapse"
+NODE_SILENT = "PeerwatchNodeSilent"
+NODE_DEVIATION = "PeerwatchNodeDeviation"
+GROUP_DEGRADED = "PeerwatchGroupDegraded"
+
+
+@dataclass(frozen=True)
+class AlertFamily:
+    """An alertname, its severity, and what makes it fire."""
+
+    name: str
+    severity: Severity
+    trigger: Trigger
+    node_level: bool
+
+
+FAMILIES: Mapping[str, AlertFamily] = {
+    f.name: f
+    for f in (
+        AlertFamily(NODE_COLLAPSE, "critical", "hard", node_level=True),
+        AlertFamily(NODE_SILENT, "critical", "silent", node_level=True),
+        AlertFamily(NODE_DEVIATION, "warning", "soft", node_level=True),
+        AlertFamily(GROUP_DEGRADED, "warning", "soft", node_level=False),
+    )
+}
+
+
+@dataclass(frozen=True)
+class AlertParams:
+    """Bucket counts of the lifecycle.
+
+    ``persistence``: consecutive buckets of soft evidence before firing (3 x
+    30 s: a checkpoint save of 18-32 s can put a node out of phase with its
+    peers for one bucket, rarely two; three keeps noise well under 0.1 false
+    alerts per group-day). ``silent_buckets``: consecutive buckets without a
+    frame before a node is silent (one late scrape is not). ``resolve_after``:
+    consecutive buckets without evidence before a firing alert resolves.
+    """
+
+    persistence: int = 3
+    silent_buckets: int = 2
+    resolve_after: int = 4
+
+    def __post_init__(self) -> None:
+        for name in ("persistence", "silent_buckets", "resolve_after"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+
+    def buckets_to_fire(self, alertname: str) -> int:
+        trigger = _family(alertname).trigger
+        if trigger == "hard":
+            return 1
+        if trigger == "silent":
+            return self.silent_buckets
+        return self.persistence
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One bucket's evidence for one alert key."""
+
+    evidence: Evidence
+    score: float = 0.0
+    signals: tuple[Signal, ...] = ()
+    reason: str = ""
+
+
+ABSENT = Observation("absent")
+
+
+@dataclass(frozen=True)
+class AlertState:
+    """A pending or firing alert (inactive alerts are simply not stored).
+
+    ``streak``: consecutive buckets with evidence (pending) or since the
+    evidence began (firing). ``clear_streak``: consecutive buckets without
+    evidence while firing. ``evidence_since_ts``: bucket the evidence streak
+    began. ``starts_bucket_ts``: bucket it first fired (None while pending).
+    ``score``/``signals``/``reason``: the strongest observation so far.
+    """
+
+    alertname: str
+    node: str | None
+    phase: Phase
+    streak: int
+    clear_streak: int
+    evidence_since_ts: int
+    starts_bucket_ts: int | None
+    score: float
+    signals: tuple[Signal, ...]
+    reason: str
+
+    @property
+    def key(self) -> AlertKey:
+        return (self.alertname, self.node)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "alertname": self.alertname,
+            "node": self.node,
+            "phase": self.phase,
+            "streak": self.streak,
+            "clear_streak": self.clear_streak,
+            "evidence_since_ts": self.evidence_since_ts,
+            "starts_bucket_ts": self.starts_bucket_ts,
+            "score": self.score if math.isfinite(self.score) else None,
+            "signals": [s.to_dict() for s in self.signals],
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AlertState:
+        name = str(data["alertname"])
+        _family(name)
+        phase = data["phase"]
+        if phase not in ("pending", "firing"):
+            raise ValueError(f"unknown alert phase {phase!r}")
+        node = data.get("node")
+        starts = data.get("starts_bucket_ts")
+        score = data.get("score")
+        return cls(
+            alertname=name,
+            node=None if node is None else str(node),
+            phase=phase,
+            streak=int(data["streak"]),
+            clear_streak=int(data["clear_streak"]),
+            evidence_since_ts=int(data["evidence_since_ts"]),
+            starts_bucket_ts=None if starts is None else int(starts),
+            score=math.nan if score is None else float(score),
+            signals=tuple(Signal.from_dict(s) for s in data.get("signals", ())),
+            reason=str(data.get("reason", "")),
+        )
+
+
+@dataclass(frozen=True)
+class AlertChange:
+    """A transition to send (``status`` firing or resolved), or an active alert to re-send.
+
+    ``node`` is None for group-level alerts. ``bucket_ts``: the bucket of the
+    transition (for an active alert: the bucket just scored).
+    ``starts_bucket_ts``: the bucket the alert first fired.
+    ``evidence_since_ts``: the bucket its evidence began (lead-time reckoning).
+    """
+
+    alertname: str
+    node: str | None
+    group: str
+    status: Status
+    severity: Severity
+    score: float
+    signals: tuple[Signal, ...]
+    reason: str
+    bucket_ts: int
+    starts_bucket_ts: int
+    evidence_since_ts: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "alertname": self.alertname,
+            "node": self.node,
+            "group": self.group,
+            "status": self.status,
+            "severity": self.severity,
+            "score": self.score if math.isfinite(self.score) else None,
+            "signals": [s.to_dict() for s in self.signals],
+            "reason": self.reason,
+            "bucket_ts": self.bucket_ts,
+            "starts_bucket_ts": self.starts_bucket_ts,
+            "evidence_since_ts": self.evidence_since_ts,
+        }
+
+
+@dataclass(frozen=True)
+class AlertStep:
+    """Outcome of one bucket: the new states, the transitions, the firing alerts."""
+
+    alerts: Mapping[AlertKey, AlertState]
+    changes: tuple[AlertChange, ...]
+    active: tuple[AlertChange, ...]
+
+
+def step_alerts(
+    alerts: Mapping[AlertKey, AlertState],
+    observations: Mapping[AlertKey, Observation],
+    *,
+    group: str,
+    bucket_ts: int,
+    params: AlertParams,
+    members: Collection[str] | None = None,
+) -> AlertStep:
+    """Advance every alert by one bucket; ``alerts`` is not modified.
+
+    A key without an observation is ``absent``. With ``members`` given, node
+    alerts of nodes outside it are retired: a firing one resolves at once
+    (reason "node left the group"), a pending one is dropped.
+    """
+    new: dict[AlertKey, AlertState] = {}
+    changes: list[AlertChange] = []
+    for key in sorted(set(alerts) | set(observations), key=_sort_key):
+        name, node = key
+        family = _family(name)
+        if family.node_level != (node is not None):
+            raise ValueError(f"{name} is {'node' if family.node_level else 'group'}-level: {key}")
+        prev = alerts.get(key)
+        if node is not None and members is not None and node not in members:
+            if prev is not None and prev.phase == "firing":
+                changes.append(
+                    _change(
+                        prev,
+                        group,
+                        "resolved",
+                        bucket_ts,
+                        f"node left the group; was: {prev.reason}",
+                    )
+                )
+            continue
+        state, change = _advance(prev, key, observations.get(key, ABSENT), group, bucket_ts, params)
+        if state is not None:
+            new[key] = state
+        if change is not None:
+            changes.append(change)
+    return AlertStep(
+        alerts=new,
+        changes=tuple(changes),
+        active=active_alerts(new.values(), group=group, bucket_ts=bucket_ts),
+    )
+
+
+def active_alerts(
+    alerts: Iterable[AlertState], *, group: str, bucket_ts: int
+) -> tuple[AlertChange, ...]:
+    """The firing alerts as ``status="firing"`` changes (what the shell re-sends)."""
+    firing = sorted((a for a in alerts if a.phase == "firing"), key=lambda a: _sort_key(a.key))
+    return tuple(_change(a, group, "firing", bucket_ts, a.reason) for a in firing)
+
+
+def _advance(
+    prev: AlertState | None,
+    key: AlertKey,
+    obs: Observation,
+    group: str,
+    bucket_ts: int,
+    params: AlertParams,
+) -> tuple[AlertState | None, AlertChange | None]:
+    if obs.evidence == "unknown":
+        return prev, None
+    if obs.evidence == "absent":
+        if prev is None or prev.phase == "pending":
+            return None, None
+        clear = prev.clear_streak + 1
+        if clear >= params.resolve_after:
+            reason = f"no evidence for {clear} buckets; was: {prev.reason}"
+            return None, _change(prev, group, "resolved", bucket_ts, reason)
+        return replace(prev, clear_streak=clear), None
+    if obs.evidence != "present":
+        raise ValueError(f"unknown evidence {obs.evidence!r}")
+
+    if prev is None:
+        state = AlertState(
+            alertname=key[0],
+            node=key[1],
+            phase="pending",
+            streak=1,
+            clear_streak=0,
+            evidence_since_ts=bucket_ts,
+            starts_bucket_ts=None,
+            score=obs.score,
+            signals=obs.signals,
+            reason=obs.reason,
+        )
+    else:
+        state = replace(prev, streak=prev.streak + 1, clear_streak=0)
+        if obs.score > prev.score or not math.isfinite(prev.score):
+            state = replace(state, score=obs.score, signals=obs.signals, reason=obs.reason)
+    if state.phase == "pending" and state.streak >= params.buckets_to_fire(key[0]):
+        state = replace(state, phase="firing", starts_bucket_ts=bucket_ts)
+        return state, _change(state, group, "firing", bucket_ts, state.reason)
+    return state, None
+
+
+def _change(
+    state: AlertState, group: str, status: Status, bucket_ts: int, reason: str
+) -> AlertChange:
+    starts = state.starts_bucket_ts
+    return AlertChange(
+        alertname=state.alertname,
+        node=state.node,
+        group=group,
+        status=status,
+        severity=_family(state.alertname).severity,
+        score=state.score,
+        signals=state.signals,
+        reason=reason,
+        bucket_ts=bucket_ts,
+        starts_bucket_ts=bucket_ts if starts is None else starts,
+        evidence_since_ts=state.evidence_since_ts,
+    )
+
+
+def _family(alertname: str) -> AlertFamily:
+    try:
+        return FAMILIES[alertname]
+    except KeyError:
+        raise ValueError(f"unknown alertname {alertname!r}; known: {sorted(FAMILIES)}") from None
+
+
+def _sort_key(key: AlertKey) -> tuple[str, str]:
+    return (key[0], key[1] or "")

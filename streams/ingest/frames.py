@@ -1,0 +1,531 @@
+"""Frame building: Prometheus series in, one frame per (group, node, 30-s bucket) out.
+
+Pure bookkeeping -- no I/O and no clock; event time comes from the samples and
+wall time only as ``now_s`` arguments. The feature catalog
+(``detectors.features.FeatureSpec``) says which series matter and how:
+
+- gauges: the series' last value in the bucket;
+- counters: a per-second rate between consecutive samples of one series,
+  reset-safe (a drop means the process restarted from 0), placed in the bucket
+  of the later sample; the first sample of a series gives no rate;
+- ``per`` features: rate(metric) / rate(per) over the pair of series whose labels
+  agree except ``__name__``; a zero denominator gives no value, never inf;
+- several series of one node (GPUs, mounts) reduce with ``spec.reduce``; for
+  max / min the winning series' ``gpu`` label is kept so an alert names the GPU.
+
+Buckets close when the builder's watermark -- the newest sample time seen minus
+``grace_ms`` -- passes their end, or (with wall times given) when nothing updated
+them for ``idle_s``. A sample for a bucket that already closed opens a fresh
+*partial* frame for it; the worker merges frames of one (node, bucket) with
+``merge_frames``. Only samples whose bucket ended more than ``late_horizon_ms``
+before the watermark are dropped as late.
+
+Merging and sum features
+------------------------
+Merging max / min partials is exact: the max of maxima over any split of the
+series is the max over all of them, and applying it twice changes nothing. A sum
+is not: two partials may hold disjoint series, so adding them double-counts a
+resent frame and taking the larger loses the smaller part. peerwatch keeps merge
+idempotent (``max`` for sum features, because a resent or replayed frame must
+not change anything) and makes the *builder* emit complete sums instead: after a
+frame closes, the builder keeps its per-series contributions to sum features (and
+the numerator / denominator halves of ``per`` ratios, which have the same
+problem) until the bucket falls behind the late horizon. A late sample reopens
+the frame *with* them, so the re-emitted sum covers every series seen so far.
+Contributions are rates or gauges >= 0 and a reopened frame only adds series, so
+the newer sum is the larger one and ``max`` picks it. Limits: a sum is complete
+only when all of a node's series pass through one builder -- as counter rates
+need anyway (a rate needs the series' previous sample) -- so each Prometheus
+must send to one ingest replica (sticky routing, not a round-robin balancer).
+And if one series is sampled twice in a bucket across a reopen, merge keeps the
+larger of its two values rather than the last.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from detectors.features import FeatureSpec
+from streams.ingest.remote_write import is_stale_marker
+from streams.ingest.series import Series
+
+__all__ = [
+    "DROP_REASONS",
+    "AddStats",
+    "FrameBuilder",
+    "FrameData",
+    "merge_frames",
+    "node_from_instance",
+]
+
+DROP_REASONS = (
+    "unknown_metric",  # no feature uses the series (name unknown, or labels fail ``match``)
+    "no_node",  # none of the node labels present
+    "no_group",  # none of the group labels present: not in a job, not scored against peers
+    "non_finite",  # NaN / +-Inf that is not a stale marker
+    "stale",  # stale marker: the series ended (consumed, no value)
+    "duplicate",  # same series, same timestamp as already seen (a resent request)
+    "out_of_order",  # older than the series' newest sample
+    "late",  # the bucket ended more than late_horizon_ms before the watermark
+    "future",  # more than max_future_ms ahead of now_s (a skewed clock must not move time)
+)
+
+SeriesKey = tuple[tuple[str, str], ...]
+
+
+@dataclass(slots=True)
+class AddStats:
+    """What one ``FrameBuilder.add`` call did with its samples."""
+
+    accepted: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+
+    def drop(self, reason: str, n: int = 1) -> None:
+        if n:
+            self.dropped[reason] = self.dropped.get(reason, 0) + n
+
+    @property
+    def total_dropped(self) -> int:
+        return sum(self.dropped.values())
+
+
+@dataclass(slots=True)
+class FrameData:
+    """One node's features for one bucket (``ts`` = bucket start, ms); only finite values."""
+
+    group: str
+    node: str
+    ts: int
+    values: dict[str, float]
+    gpus: dict[str, str] = field(default_factory=dict)
+
+
+def node_from_instance(instance: str) -> str:
+    """``instance`` without its ``:port``: ``host:9100`` -> ``host``, ``[::1]:9100`` -> ``::1``.
+
+    A bare IPv6 address (several colons, no brackets) has no port to strip.
+    """
+    if instance.startswith("["):
+        end = instance.find("]")
+        return instance[1:end] if end > 0 else instance
+    host, sep, port = instance.rpartition(":")
+    if sep and ":" not in host and port.isdigit():
+        return host
+    return instance
+
+
+# --- reductions ---------------------------------------------------------------------------------
+
+
+def _better(reduce: str, va: float, ga: str | None, vb: float, gb: str | None) -> bool:
+    """True if (vb, gb) beats (va, ga) under ``reduce`` (sum counts as max, see module doc).
+
+    Ties go to the smaller GPU id, and a named GPU beats none: a total order, so
+    reducing and merging are commutative, associative and idempotent.
+    """
+    if vb != va:
+        return vb < va if reduce == "min" else vb > va
+    if gb is None:
+        return False
+    return ga is None or gb < ga
+
+
+def _reduce(reduce: str, items: Iterable[tuple[float, str | None]]) -> tuple[float, str | None]:
+    if reduce == "sum":
+        return math.fsum(v for v, _ in items), None
+    best_v, best_g = math.nan, None
+    first = True
+    for v, g in items:
+        if first or _better(reduce, best_v, best_g, v, g):
+            best_v, best_g, first = v, g, False
+    return best_v, best_g
+
+
+def merge_frames(
+    a_values: Mapping[str, float],
+    a_gpus: Mapping[str, str],
+    b_values: Mapping[str, float],
+    b_gpus: Mapping[str, str],
+    features: Sequence[FeatureSpec],
+) -> tuple[dict[str, float], dict[str, str]]:
+    """Merge two partial frames of one (node, bucket) with each feature's reduction.
+
+    Commutative, associative and idempotent (merging a frame with itself, or
+    merging a resent frame again, changes nothing). Sum features merge as max:
+    the builder emits complete sums (see the module docstring). Features not in
+    ``features`` merge as max. Non-finite values are ignored.
+    """
+    reduce_of = {spec.name: spec.reduce for spec in features}
+    values: dict[str, float] = {}
+    gpus: dict[str, str] = {}
+    for name in a_values.keys() | b_values.keys():
+        reduce = reduce_of.get(name, "max")
+        best: tuple[float, str | None] | None = None
+        for vals, gpu_map in ((a_values, a_gpus), (b_values, b_gpus)):
+            v = vals.get(name)
+            if v is None or not math.isfinite(v):
+                continue
+            g = gpu_map.get(name) if reduce != "sum" else None
+            if best is None or _better(reduce, best[0], best[1], v, g):
+                best = (v, g)
+        if best is not None:
+            values[name] = best[0]
+            if best[1] is not None:
+                gpus[name] = best[1]
+    return values, gpus
+
+
+# --- builder state ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Use:
+    """One way a metric name feeds a feature."""
+
+    feature: str
+    counter: bool
+    ratio_part: str | None  # None: the feature's value; "num" / "den": a half of a ``per`` ratio
+    match: tuple[tuple[str, str], ...]
+
+
+class _Partial:
+    """An open frame: per-series contributions, reduced only when the frame closes."""
+
+    __slots__ = ("den", "num", "updated_s", "values")
+
+    def __init__(self) -> None:
+        # feature -> series key -> (value, gpu); a later sample of the series overwrites.
+        self.values: dict[str, dict[SeriesKey, tuple[float, str | None]]] = {}
+        # ``per`` features: feature -> pair key (labels without __name__) -> (rate, gpu).
+        self.num: dict[str, dict[SeriesKey, tuple[float, str | None]]] = {}
+        self.den: dict[str, dict[SeriesKey, float]] = {}
+        self.updated_s: float | None = None
+
+
+class FrameBuilder:
+    """Turns decoded series into ``FrameData``, one per (group, node, bucket).
+
+    ``add`` accumulates, ``close_due`` / ``close_due_by_watermark`` hand out the
+    frames whose bucket is over, ``flush_all`` everything (shutdown). State is
+    bounded: a series not seen for ``series_ttl_ms`` of event time is forgotten
+    (its next sample counts as a first sample), and closed-frame contributions
+    kept for reopening are dropped once the bucket is behind the late horizon.
+    """
+
+    def __init__(
+        self,
+        features: Sequence[FeatureSpec],
+        node_labels: Sequence[str] = ("instance", "hostname", "Hostname"),
+        group_labels: Sequence[str] = ("cluster",),
+        bucket_ms: int = 30_000,
+        *,
+        grace_ms: int = 15_000,
+        late_horizon_ms: int = 600_000,
+        series_ttl_ms: int = 600_000,
+        max_future_ms: int = 300_000,
+    ) -> None:
+        if not features:
+            raise ValueError("a frame builder needs at least one feature")
+        names = [spec.name for spec in features]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate feature names in {names}")
+        if not node_labels or not group_labels:
+            raise ValueError("node_labels and group_labels must name at least one label each")
+        if bucket_ms <= 0:
+            raise ValueError("bucket_ms must be > 0")
+        if min(grace_ms, late_horizon_ms, max_future_ms) < 0 or series_ttl_ms <= 0:
+            raise ValueError(
+                "grace_ms, late_horizon_ms, max_future_ms must be >= 0 and series_ttl_ms > 0"
+            )
+        self.features = tuple(features)
+        self.node_labels = tuple(node_labels)
+        self.group_labels = tuple(group_labels)
+        self.bucket_ms = bucket_ms
+        self.grace_ms = grace_ms
+        self.late_horizon_ms = late_horizon_ms
+        self.series_ttl_ms = series_ttl_ms
+        self.max_future_ms = max_future_ms
+
+        self._uses: dict[str, tuple[_Use, ...]] = {}
+        for spec in self.features:
+            match = tuple(sorted(spec.match.items()))
+            part = "num" if spec.per is not None else None
+            for metric in spec.metrics:
+                self._add_use(metric, _Use(spec.name, spec.kind == "counter", part, match))
+            if spec.per is not None:
+                self._add_use(spec.per, _Use(spec.name, True, "den", match))
+        # metric names with a label-matching use: only their series pay for the filter
+        self._matched = {m for m, uses in self._uses.items() if any(u.match for u in uses)}
+        self._kept = {s.name for s in self.features if s.reduce == "sum" or s.per is not None}
+
+        self._series: dict[SeriesKey, list] = {}  # key -> [last_ts, last value or None]
+        self._open: dict[int, dict[tuple[str, str], _Partial]] = {}  # bucket -> (group, node)
+        self._closed: dict[int, dict[tuple[str, str], _Partial]] = {}  # kept for reopening
+        self._max_ts: int | None = None
+        self._last_sweep_ts: int | None = None
+
+    def _add_use(self, metric: str, use: _Use) -> None:
+        self._uses[metric] = (*self._uses.get(metric, ()), use)
+
+    # --- public state ---------------------------------------------------------------------------
+
+    @property
+    def watermark_ms(self) -> int | None:
+        """Newest sample time seen minus ``grace_ms``; None before the first sample."""
+        return None if self._max_ts is None else self._max_ts - self.grace_ms
+
+    @property
+    def metric_names(self) -> frozenset[str]:
+        """Every metric name some feature reads (for ``WriteRequestDecoder(metric_names=...)``)."""
+        return frozenset(self._uses)
+
+    @property
+    def tracked_series(self) -> int:
+        return len(self._series)
+
+    @property
+    def open_frames(self) -> int:
+        return sum(len(frames) for frames in self._open.values())
+
+    @property
+    def kept_frames(self) -> int:
+        """Closed frames whose sum / ratio contributions are kept for a late reopen."""
+        return sum(len(frames) for frames in self._closed.values())
+
+    def node_of(self, labels: Mapping[str, str]) -> str | None:
+        """The first node label present (``instance`` without its port), or None."""
+        for name in self.node_labels:
+            value = labels.get(name)
+            if value:
+                return node_from_instance(value) if name == "instance" else value
+        return None
+
+    def group_of(self, labels: Mapping[str, str]) -> str | None:
+        for name in self.group_labels:
+            value = labels.get(name)
+            if value:
+                return value
+        return None
+
+    # --- adding samples -------------------------------------------------------------------------
+
+    def add(self, series: Iterable[Series], now_s: float | None = None) -> AddStats:
+        """Account every sample; ``now_s`` (wall clock) stamps touched frames for idle closing."""
+        stats = AddStats()
+        unknown = 0
+        uses_of = self._uses.get
+        for s in series:
+            labels = s.labels
+            name = labels.get("__name__", "")
+            uses = uses_of(name)
+            if uses is not None and name in self._matched:
+                uses = tuple(u for u in uses if all(labels.get(k) == v for k, v in u.match))
+            if not uses:
+                unknown += len(s.samples)
+                continue
+            node = self.node_of(labels)
+            if node is None:
+                stats.drop("no_node", len(s.samples))
+                continue
+            group = self.group_of(labels)
+            if group is None:
+                stats.drop("no_group", len(s.samples))
+                continue
+            self._add_series(labels, s.samples, uses, (group, node), now_s, stats)
+        stats.drop("unknown_metric", unknown)
+        return stats
+
+    def _add_series(
+        self,
+        labels: Mapping[str, str],
+        samples: Sequence[tuple[int, float]],
+        uses: tuple[_Use, ...],
+        frame_key: tuple[str, str],
+        now_s: float | None,
+        stats: AddStats,
+    ) -> None:
+        key: SeriesKey = tuple(sorted(labels.items()))
+        pair_key: SeriesKey | None = None
+        gpu = labels.get("gpu")
+        state = self._series.get(key)
+        future_limit = None if now_s is None else int(now_s * 1000) + self.max_future_ms
+        bucket_ms = self.bucket_ms
+        for ts, value in samples:
+            if future_limit is not None and ts > future_limit:
+                stats.drop("future")
+                continue
+            if value != value and is_stale_marker(value):
+                # The series ended: its next sample starts afresh (no rate across the gap).
+                if state is None:
+                    state = self._series[key] = [ts, None]
+                else:
+                    state[0], state[1] = max(state[0], ts), None
+                self._advance(ts)
+                stats.drop("stale")
+                continue
+            if not math.isfinite(value):
+                stats.drop("non_finite")
+                continue
+            if state is not None and ts <= state[0]:
+                stats.drop("duplicate" if ts == state[0] else "out_of_order")
+                continue
+            bucket = ts - ts % bucket_ms
+            watermark = self.watermark_ms
+            if watermark is not None and bucket + bucket_ms <= watermark - self.late_horizon_ms:
+                stats.drop("late")
+                continue
+            rate: float | None = None
+            if state is None:
+                state = self._series[key] = [ts, value]
+            else:
+                previous_ts, previous_value = state
+                if previous_value is not None:
+                    # A counter that went down was restarted from 0: all of it is increase.
+                    increase = value - previous_value if value >= previous_value else value
+                    rate = increase * 1000.0 / (ts - previous_ts)
+                state[0], state[1] = ts, value
+            self._advance(ts)
+            stats.accepted += 1
+
+            partial = self._partial(bucket, frame_key)
+            if now_s is not None:
+                partial.updated_s = now_s
+            for use in uses:
+                contribution = rate if use.counter else value
+                if contribution is None:
+                    continue
+                if use.ratio_part is None:
+                    partial.values.setdefault(use.feature, {})[key] = (contribution, gpu)
+                    continue
+                if pair_key is None:
+                    pair_key = tuple(kv for kv in key if kv[0] != "__name__")
+                if use.ratio_part == "num":
+                    partial.num.setdefault(use.feature, {})[pair_key] = (contribution, gpu)
+                else:
+                    partial.den.setdefault(use.feature, {})[pair_key] = contribution
+
+    def _advance(self, ts: int) -> None:
+        if self._max_ts is None or ts > self._max_ts:
+            self._max_ts = ts
+
+    def _partial(self, bucket: int, frame_key: tuple[str, str]) -> _Partial:
+        frames = self._open.get(bucket)
+        if frames is None:
+            frames = self._open[bucket] = {}
+        partial = frames.get(frame_key)
+        if partial is None:
+            kept = self._closed.get(bucket)
+            partial = kept.pop(frame_key, None) if kept else None
+            if partial is None:
+                partial = _Partial()
+            frames[frame_key] = partial
+        return partial
+
+    # --- closing frames -------------------------------------------------------------------------
+
+    def close_due(
+        self, watermark_ms: int | None, now_s: float | None = None, idle_s: float | None = None
+    ) -> list[FrameData]:
+        """Frames whose bucket ended at or before ``watermark_ms``, plus (given ``now_s`` and
+        ``idle_s``) frames not updated for ``idle_s`` seconds; they are forgotten here.
+
+        Frames that end up with no value (only first counter samples) are not returned.
+        """
+        due: list[tuple[int, tuple[str, str], _Partial]] = []
+        for bucket in list(self._open):
+            frames = self._open[bucket]
+            if watermark_ms is not None and bucket + self.bucket_ms <= watermark_ms:
+                due.extend((bucket, fk, p) for fk, p in frames.items())
+                del self._open[bucket]
+            elif now_s is not None and idle_s is not None:
+                idle = [
+                    fk
+                    for fk, p in frames.items()
+                    if p.updated_s is not None and now_s - p.updated_s >= idle_s
+                ]
+                for fk in idle:
+                    due.append((bucket, fk, frames.pop(fk)))
+                if not frames:
+                    del self._open[bucket]
+        out = self._emit(due)
+        self._forget_old()
+        return out
+
+    def close_due_by_watermark(
+        self, now_s: float | None = None, idle_s: float | None = None
+    ) -> list[FrameData]:
+        """``close_due`` at the builder's own watermark."""
+        return self.close_due(self.watermark_ms, now_s, idle_s)
+
+    def flush_all(self) -> list[FrameData]:
+        """Every open frame (shutdown); the builder keeps its per-series state."""
+        due = [(b, fk, p) for b, frames in self._open.items() for fk, p in frames.items()]
+        self._open.clear()
+        return self._emit(due)
+
+    def _emit(self, due: list[tuple[int, tuple[str, str], _Partial]]) -> list[FrameData]:
+        out: list[FrameData] = []
+        due.sort(key=lambda item: (item[0], item[1]))
+        for bucket, (group, node), partial in due:
+            values, gpus = self._reduce_partial(partial)
+            if values:
+                out.append(FrameData(group, node, bucket, values, gpus))
+            self._keep_for_reopen(bucket, (group, node), partial)
+        return out
+
+    def _reduce_partial(self, partial: _Partial) -> tuple[dict[str, float], dict[str, str]]:
+        values: dict[str, float] = {}
+        gpus: dict[str, str] = {}
+        for spec in self.features:
+            items: Iterable[tuple[float, str | None]]
+            if spec.per is None:
+                contributions = partial.values.get(spec.name)
+                if not contributions:
+                    continue
+                items = contributions.values()
+            else:
+                num = partial.num.get(spec.name)
+                den = partial.den.get(spec.name)
+                if not num or not den:
+                    continue
+                items = [
+                    (n / d, g)
+                    for pk, (n, g) in num.items()
+                    if (d := den.get(pk)) is not None and d > 0
+                ]
+                if not items:
+                    continue
+            value, gpu = _reduce(spec.reduce, items)
+            if math.isfinite(value):
+                values[spec.name] = value
+                if gpu is not None and spec.reduce != "sum":
+                    gpus[spec.name] = gpu
+        return values, gpus
+
+    def _keep_for_reopen(self, bucket: int, frame_key: tuple[str, str], partial: _Partial) -> None:
+        """Keep what a reopened frame needs to emit complete sums and ratios (module doc)."""
+        kept = _Partial()
+        kept.values = {f: c for f, c in partial.values.items() if f in self._kept}
+        kept.num, kept.den = partial.num, partial.den
+        if kept.values or kept.num or kept.den:
+            self._closed.setdefault(bucket, {})[frame_key] = kept
+
+    def _forget_old(self) -> None:
+        """Drop kept contributions behind the late horizon and series not seen for the TTL."""
+        watermark = self.watermark_ms
+        if watermark is None or self._max_ts is None:
+            return
+        horizon = watermark - self.late_horizon_ms
+        for bucket in [b for b in self._closed if b + self.bucket_ms <= horizon]:
+            del self._closed[bucket]
+        # Sweeping every series is O(n): do it a few times per TTL, not per call.
+        if self._last_sweep_ts is None:
+            self._last_sweep_ts = self._max_ts
+        elif self._max_ts - self._last_sweep_ts >= max(self.series_ttl_ms // 4, self.bucket_ms):
+            cutoff = self._max_ts - self.series_ttl_ms
+            stale = [k for k, state in self._series.items() if state[0] < cutoff]
+            for k in stale:
+                del self._series[k]
+            self._last_sweep_ts = self._max_ts

@@ -1,0 +1,471 @@
+"""FrameBuilder: rates, reductions, node / group identity, bucket closing, merging partials."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from detectors.features import DEFAULT_FEATURES, FeatureSpec
+from streams.ingest.frames import (
+    FrameBuilder,
+    FrameData,
+    merge_frames,
+    node_from_instance,
+)
+from streams.ingest.remote_write import STALE_NAN
+from streams.ingest.series import Series
+
+S = 1_000  # one second in ms
+T0 = 1_700_000_010_000 // 30_000 * 30_000  # a bucket start
+
+TEMP = FeatureSpec("temp", ("gpu_temp",), "gauge", reduce="max")
+UTIL = FeatureSpec("util", ("gpu_util",), "gauge", reduce="min")
+PROCS = FeatureSpec("procs", ("procs_running",), "gauge", reduce="sum")
+INTR = FeatureSpec("intr", ("intr_total",), "counter", reduce="sum")
+FEATURES = (TEMP, UTIL, PROCS, INTR)
+
+NFS_RTT = "node_mountstats_nfs_operations_response_time_seconds_total"
+NFS_REQ = "node_mountstats_nfs_operations_requests_total"
+
+
+def series(name: str, *samples: tuple[int, float], **labels: str) -> Series:
+    base = {"__name__": name, "instance": "n1:9100", "cluster": "c1"}
+    base.update(labels)
+    return Series({k: v for k, v in base.items() if v}, list(samples))
+
+
+def builder(**kwargs: object) -> FrameBuilder:
+    return FrameBuilder(FEATURES, **kwargs)  # type: ignore[arg-type]
+
+
+def frames_by_ts(frames: list[FrameData]) -> dict[int, dict[str, float]]:
+    return {f.ts: f.values for f in frames}
+
+
+# --- counters ------------------------------------------------------------------------------
+
+
+def test_counter_rate_is_reset_safe() -> None:
+    """Hand-computed: +300 in 30 s = 10/s; drop to 50 = restart, 50 in 30 s; then +60 in 30 s."""
+    b = builder()
+    b.add(
+        [series("intr_total", (T0, 100), (T0 + 30 * S, 400), (T0 + 60 * S, 50), (T0 + 90 * S, 110))]
+    )
+    got = frames_by_ts(b.flush_all())
+    assert got.keys() == {T0 + 30 * S, T0 + 60 * S, T0 + 90 * S}
+    assert got[T0 + 30 * S]["intr"] == pytest.approx(10.0)
+    assert got[T0 + 60 * S]["intr"] == pytest.approx(50 / 30)
+    assert got[T0 + 90 * S]["intr"] == pytest.approx(2.0)
+
+
+def test_first_counter_sample_gives_no_rate() -> None:
+    b = builder()
+    stats = b.add([series("intr_total", (T0, 100))])
+    assert stats.accepted == 1
+    assert b.flush_all() == []
+
+
+def test_counter_rate_uses_the_latest_pair_in_a_bucket() -> None:
+    b = builder()
+    b.add([series("intr_total", (T0, 0), (T0 + 10 * S, 100), (T0 + 20 * S, 400))])
+    assert frames_by_ts(b.flush_all())[T0]["intr"] == pytest.approx(30.0)
+
+
+def test_stale_marker_ends_a_series() -> None:
+    """After a stale marker the next sample is a first sample: no rate across the gap."""
+    b = builder()
+    stats = b.add(
+        [
+            series(
+                "intr_total",
+                (T0, 100),
+                (T0 + 30 * S, 400),
+                (T0 + 45 * S, STALE_NAN),
+                (T0 + 60 * S, 1000),
+                (T0 + 90 * S, 1300),
+            )
+        ]
+    )
+    assert stats.dropped == {"stale": 1}
+    got = frames_by_ts(b.flush_all())
+    assert got.keys() == {T0 + 30 * S, T0 + 90 * S}
+    assert got[T0 + 90 * S]["intr"] == pytest.approx(10.0)
+
+
+def test_duplicate_and_out_of_order_samples_are_dropped_and_counted() -> None:
+    b = builder()
+    b.add([series("intr_total", (T0, 100), (T0 + 30 * S, 400))])
+    stats = b.add(
+        [series("intr_total", (T0 + 30 * S, 400), (T0 + 15 * S, 200), (T0 + 60 * S, 700))]
+    )
+    assert stats.accepted == 1
+    assert stats.dropped == {"duplicate": 1, "out_of_order": 1}
+    got = frames_by_ts(b.flush_all())
+    assert got[T0 + 60 * S]["intr"] == pytest.approx(10.0)
+
+
+def test_non_finite_values_are_dropped_but_stale_markers_are_not_non_finite() -> None:
+    b = builder()
+    stats = b.add(
+        [
+            series(
+                "gpu_temp",
+                (T0, math.nan),
+                (T0 + S, math.inf),
+                (T0 + 2 * S, -math.inf),
+                (T0 + 3 * S, STALE_NAN),
+            )
+        ]
+    )
+    assert stats.accepted == 0
+    assert stats.dropped == {"non_finite": 3, "stale": 1}
+    assert stats.total_dropped == 4
+
+
+# --- gauges and reductions -----------------------------------------------------------------------
+
+
+def test_gauge_last_sample_in_a_bucket_wins() -> None:
+    b = builder()
+    b.add([series("gpu_temp", (T0, 70), (T0 + 20 * S, 50))])
+    assert frames_by_ts(b.flush_all())[T0]["temp"] == 50
+
+
+def test_per_gpu_max_and_min_remember_the_gpu() -> None:
+    b = builder()
+    temps = [61, 60, 62, 75, 60, 63, 61, 60]
+    utils = [99, 100, 99, 98, 100, 12, 99, 100]
+    b.add([series("gpu_temp", (T0, t), gpu=str(g)) for g, t in enumerate(temps)])
+    b.add([series("gpu_util", (T0, u), gpu=str(g)) for g, u in enumerate(utils)])
+    (frame,) = b.flush_all()
+    assert frame.values == {"temp": 75, "util": 12}
+    assert frame.gpus == {"temp": "3", "util": "5"}
+
+
+def test_sum_reduces_several_series_without_a_gpu() -> None:
+    b = builder()
+    b.add([series("procs_running", (T0, 3), cpu="a"), series("procs_running", (T0, 4), cpu="b")])
+    (frame,) = b.flush_all()
+    assert frame.values == {"procs": 7}
+    assert frame.gpus == {}
+
+
+def test_nfs_seconds_per_request_pairs_series_by_labels() -> None:
+    """GETATTR response seconds per request: 3 s / 600 requests over 30 s = 5 ms each."""
+    b = FrameBuilder(DEFAULT_FEATURES)
+    mount = {"export": "nfs1:/data", "mountpoint": "/data", "operation": "GETATTR"}
+    b.add(
+        [
+            series(NFS_RTT, (T0, 10.0), (T0 + 30 * S, 13.0), **mount),
+            series(NFS_REQ, (T0, 1000), (T0 + 30 * S, 1600), **mount),
+        ]
+    )
+    got = frames_by_ts(b.flush_all())
+    assert got == {T0 + 30 * S: {"nfs_getattr_rtt_s": pytest.approx(0.005)}}
+
+
+def test_nfs_ratio_with_zero_requests_is_missing_not_inf() -> None:
+    b = FrameBuilder(DEFAULT_FEATURES)
+    mount = {"mountpoint": "/data", "operation": "GETATTR"}
+    b.add(
+        [
+            series(NFS_RTT, (T0, 10.0), (T0 + 30 * S, 10.0), **mount),
+            series(NFS_REQ, (T0, 1000), (T0 + 30 * S, 1000), **mount),
+        ]
+    )
+    assert b.flush_all() == []
+
+
+def test_nfs_ratio_takes_the_worst_mount() -> None:
+    b = FrameBuilder(DEFAULT_FEATURES)
+    got = []
+    for mountpoint, rtt in (("/a", 3.0), ("/b", 12.0)):
+        labels = {"mountpoint": mountpoint, "operation": "GETATTR"}
+        got.append(series(NFS_RTT, (T0, 0.0), (T0 + 30 * S, rtt), **labels))
+        got.append(series(NFS_REQ, (T0, 0), (T0 + 30 * S, 600), **labels))
+    b.add(got)
+    (frame,) = b.flush_all()
+    assert frame.values["nfs_getattr_rtt_s"] == pytest.approx(0.02)
+
+
+def test_series_that_no_feature_uses_are_unknown_metrics() -> None:
+    """Unknown names, and known names whose labels fail the feature's match (READ, not GETATTR)."""
+    b = FrameBuilder(DEFAULT_FEATURES)
+    stats = b.add(
+        [
+            series("node_cpu_seconds_total", (T0, 1.0), (T0 + S, 2.0)),
+            series(NFS_RTT, (T0, 1.0), operation="READ"),
+        ]
+    )
+    assert stats.accepted == 0
+    assert stats.dropped == {"unknown_metric": 3}
+
+
+# --- node and group identity ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("instance", "node"),
+    [
+        ("10.0.0.7:9100", "10.0.0.7"),
+        ("gpu-node-07:9400", "gpu-node-07"),
+        ("[::1]:9100", "::1"),
+        ("[fe80::1]", "fe80::1"),
+        ("fe80::1", "fe80::1"),
+        ("gpu-node-07", "gpu-node-07"),
+    ],
+)
+def test_instance_port_is_stripped(instance: str, node: str) -> None:
+    assert node_from_instance(instance) == node
+    b = builder()
+    b.add([series("gpu_temp", (T0, 50), instance=instance)])
+    assert b.flush_all()[0].node == node
+
+
+@pytest.mark.parametrize(
+    ("labels", "node"),
+    [
+        ({"instance": "", "hostname": "h1", "Hostname": "H1"}, "h1"),
+        ({"instance": "", "Hostname": "H1"}, "H1"),
+        ({"instance": "n9:9100", "Hostname": "H1"}, "n9"),
+    ],
+)
+def test_node_comes_from_the_first_present_label(labels: dict[str, str], node: str) -> None:
+    b = builder()
+    b.add([series("gpu_temp", (T0, 50), **labels)])
+    assert b.flush_all()[0].node == node
+
+
+def test_series_without_node_or_group_are_dropped_and_counted() -> None:
+    b = builder()
+    stats = b.add(
+        [
+            series("gpu_temp", (T0, 50), (T0 + S, 51), instance=""),
+            series("gpu_temp", (T0, 50), cluster=""),
+            series("gpu_temp", (T0, 50), gpu="1"),
+        ]
+    )
+    assert stats.dropped == {"no_node": 2, "no_group": 1}
+    assert stats.accepted == 1
+    assert [f.group for f in b.flush_all()] == ["c1"]
+
+
+def test_group_label_fallback_order() -> None:
+    b = FrameBuilder(FEATURES, group_labels=("job_id", "cluster"))
+    b.add(
+        [series("gpu_temp", (T0, 50), job_id="job-42"), series("gpu_temp", (T0, 50), instance="n2")]
+    )
+    assert sorted((f.group, f.node) for f in b.flush_all()) == [("c1", "n2"), ("job-42", "n1")]
+
+
+# --- closing buckets -----------------------------------------------------------------------------
+
+
+def test_bucket_closes_when_the_watermark_passes_its_end() -> None:
+    b = builder(grace_ms=15_000)
+    b.add([series("gpu_temp", (T0, 50)), series("gpu_temp", (T0 + 44_999, 51), instance="n2")])
+    assert b.watermark_ms == T0 + 29_999
+    assert b.close_due_by_watermark() == []
+    b.add([series("gpu_temp", (T0 + 45_000, 52), instance="n3")])
+    closed = b.close_due_by_watermark()
+    assert [(f.node, f.ts, f.values) for f in closed] == [("n1", T0, {"temp": 50})]
+    assert b.close_due_by_watermark() == []
+
+
+def test_quiet_ingest_closes_buckets_after_idle_time() -> None:
+    b = builder()
+    now_s = T0 / 1000 + 5
+    b.add([series("gpu_temp", (T0, 50))], now_s=now_s)
+    assert b.close_due(b.watermark_ms, now_s=now_s + 9.9, idle_s=10.0) == []
+    (frame,) = b.close_due(b.watermark_ms, now_s=now_s + 10.0, idle_s=10.0)
+    assert frame.values == {"temp": 50}
+    assert b.open_frames == 0
+
+
+def test_late_sample_reopens_a_partial_frame() -> None:
+    b = builder()
+    b.add(
+        [series("gpu_temp", (T0, 50), gpu="0"), series("gpu_temp", (T0 + 60 * S, 1), instance="n2")]
+    )
+    assert [f.ts for f in b.close_due_by_watermark()] == [T0]
+    stats = b.add([series("gpu_temp", (T0 + 10 * S, 90), gpu="1")])
+    assert stats.accepted == 1
+    (partial,) = b.close_due_by_watermark()
+    assert (partial.node, partial.ts, partial.values, partial.gpus) == (
+        "n1",
+        T0,
+        {"temp": 90},
+        {"temp": "1"},
+    )
+
+
+def test_sample_beyond_the_late_horizon_is_dropped() -> None:
+    """Watermark T0+120 s, horizon 60 s: buckets ending at or before T0+60 s are late."""
+    b = builder(grace_ms=0, late_horizon_ms=60_000)
+    b.add([series("gpu_temp", (T0 + 120 * S, 1), instance="n2")])
+    stats = b.add(
+        [
+            series("gpu_temp", (T0 + 59 * S, 50)),
+            series("gpu_temp", (T0 + 60 * S, 50), gpu="1"),
+        ]
+    )
+    assert stats.dropped == {"late": 1}
+    assert stats.accepted == 1
+
+
+def test_reopened_frame_re_emits_the_complete_sum() -> None:
+    """Sum features: the partial emitted after a late series carries every series seen."""
+    b = builder()
+    b.add(
+        [
+            series("procs_running", (T0, 3), cpu="a"),
+            series("gpu_temp", (T0 + 60 * S, 1), instance="n2"),
+        ]
+    )
+    (first,) = [f for f in b.close_due_by_watermark() if f.node == "n1"]
+    b.add([series("procs_running", (T0 + 5 * S, 4), cpu="b")])
+    (second,) = b.close_due_by_watermark()
+    assert first.values == {"procs": 3}
+    assert second.values == {"procs": 7}
+    merged, _ = merge_frames(first.values, first.gpus, second.values, second.gpus, FEATURES)
+    assert merged == {"procs": 7}
+    assert merge_frames(second.values, second.gpus, first.values, first.gpus, FEATURES)[0] == merged
+
+
+def test_reopened_frame_completes_a_ratio_whose_halves_arrived_apart() -> None:
+    b = FrameBuilder(DEFAULT_FEATURES)
+    labels = {"mountpoint": "/data", "operation": "GETATTR"}
+    b.add(
+        [
+            series(NFS_RTT, (T0 - 30 * S, 0.0), (T0, 3.0), **labels),
+            series(NFS_REQ, (T0 - 30 * S, 0), **labels),
+            series("DCGM_FI_DEV_GPU_TEMP", (T0 + 60 * S, 1), instance="n2"),
+        ]
+    )
+    assert b.close_due_by_watermark() == []  # bucket T0 of n1 closed holding only the numerator
+    b.add([series(NFS_REQ, (T0 + 1, 600), **labels)])
+    (frame,) = [f for f in b.close_due_by_watermark() if f.node == "n1"]
+    assert frame.values["nfs_getattr_rtt_s"] == pytest.approx(3.0 / 600, rel=1e-3)
+
+
+def test_future_samples_do_not_move_the_watermark() -> None:
+    b = builder(max_future_ms=60_000)
+    now_s = T0 / 1000
+    stats = b.add([series("gpu_temp", (T0, 50), (T0 + 3_600 * S, 51))], now_s=now_s)
+    assert stats.dropped == {"future": 1}
+    assert b.watermark_ms == T0 - 15_000
+
+
+def test_flush_all_returns_every_open_frame_in_order() -> None:
+    b = builder()
+    b.add([series("gpu_temp", (T0 + 30 * S, 2), instance="n2"), series("gpu_temp", (T0, 1))])
+    b.add([series("gpu_temp", (T0, 3), instance="n0")])
+    assert [(f.ts, f.node) for f in b.flush_all()] == [(T0, "n0"), (T0, "n1"), (T0 + 30 * S, "n2")]
+    assert b.flush_all() == []
+
+
+def test_series_state_is_forgotten_after_the_ttl() -> None:
+    b = builder(series_ttl_ms=120_000)
+    b.add([series("intr_total", (T0, 1), instance=f"old{i}") for i in range(10)])
+    for minute in range(10):
+        b.add([series("intr_total", (T0 + minute * 60 * S, minute))])
+        b.close_due_by_watermark()
+    assert b.tracked_series == 1
+
+
+def test_contributions_kept_for_reopening_expire_at_the_late_horizon() -> None:
+    b = builder(grace_ms=0, late_horizon_ms=60_000)
+    b.add([series("procs_running", (T0, 3)), series("gpu_temp", (T0 + 30 * S, 1), instance="n2")])
+    b.close_due_by_watermark()
+    assert b.kept_frames == 1
+    b.add([series("gpu_temp", (T0 + 90 * S, 1), instance="n2")])
+    b.close_due_by_watermark()
+    assert b.kept_frames == 0
+
+
+def test_constructor_rejects_bad_parameters() -> None:
+    with pytest.raises(ValueError, match="bucket_ms"):
+        FrameBuilder(FEATURES, bucket_ms=0)
+    with pytest.raises(ValueError, match="duplicate"):
+        FrameBuilder((TEMP, TEMP))
+    with pytest.raises(ValueError, match="node_labels"):
+        FrameBuilder(FEATURES, node_labels=())
+
+
+# --- properties ----------------------------------------------------------------------------------
+
+values = st.floats(-1e12, 1e12, allow_nan=False)
+frame_strategy = st.fixed_dictionaries(
+    {},
+    optional={
+        "temp": st.tuples(values, st.sampled_from(["0", "1", "7", None])),
+        "util": st.tuples(values, st.sampled_from(["0", "3", None])),
+        "procs": st.tuples(values, st.none()),
+        "other": st.tuples(values, st.none()),
+    },
+).map(
+    lambda d: (
+        {k: v for k, (v, _) in d.items()},
+        {k: g for k, (_, g) in d.items() if g is not None},
+    )
+)
+
+
+@settings(max_examples=300)
+@given(frame_strategy)
+def test_merging_a_frame_with_itself_changes_nothing(frame: tuple[dict, dict]) -> None:
+    v, g = frame
+    assert merge_frames(v, g, v, g, FEATURES) == (v, g)
+
+
+@settings(max_examples=300)
+@given(frame_strategy, frame_strategy, frame_strategy)
+def test_merge_order_does_not_matter(
+    a: tuple[dict, dict], b: tuple[dict, dict], c: tuple[dict, dict]
+) -> None:
+    ab = merge_frames(*a, *b, FEATURES)
+    assert ab == merge_frames(*b, *a, FEATURES)
+    assert merge_frames(*ab, *c, FEATURES) == merge_frames(
+        *a, *merge_frames(*b, *c, FEATURES), FEATURES
+    )
+
+
+def test_merge_uses_each_features_reduction() -> None:
+    a = ({"temp": 70.0, "util": 90.0, "procs": 5.0}, {"temp": "1", "util": "2"})
+    b = ({"temp": 80.0, "util": 95.0, "procs": 3.0, "intr": 1e5}, {"temp": "6", "util": "4"})
+    assert merge_frames(*a, *b, FEATURES) == (
+        {"temp": 80.0, "util": 90.0, "procs": 5.0, "intr": 1e5},
+        {"temp": "6", "util": "2"},
+    )
+
+
+sample_stream = st.lists(
+    st.tuples(
+        st.integers(0, 20 * 60 * S),
+        st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.just(STALE_NAN)),
+        st.sampled_from(["gpu_temp", "gpu_util", "intr_total", "procs_running", NFS_RTT, NFS_REQ]),
+        st.sampled_from(["0", "1"]),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(sample_stream)
+def test_any_sample_stream_gives_only_finite_values_and_accounts_every_sample(
+    stream: list[tuple[int, float, str, str]],
+) -> None:
+    b = FrameBuilder((*FEATURES, *DEFAULT_FEATURES[6:8]), grace_ms=0, late_horizon_ms=120_000)
+    frames: list[FrameData] = []
+    for ts, value, name, gpu in stream:
+        s = series(name, (T0 + ts, value), gpu=gpu, operation="GETATTR")
+        stats = b.add([s])
+        assert stats.accepted + stats.total_dropped == 1
+        frames += b.close_due_by_watermark()
+    frames += b.flush_all()
+    for f in frames:
+        assert f.values and all(math.isfinite(v) for v in f.values.values())
+        assert set(f.gpus) <= set(f.values)
