@@ -30,6 +30,7 @@ from streams.pipeline import Pipeline, Scored
 from streams.records import AlertRecord, Frame
 from streams.settings import Settings
 from streams.sinks.alertmanager import AlertmanagerSink
+from streams.topics import ensure_topics
 
 log = logging.getLogger("peerwatch.worker")
 
@@ -112,7 +113,10 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
                 pipeline.restore(group, snap)
                 log.info("group_restored group=%s", group)
             now = time.time()
-            if frame.node:
+            if frame.left:
+                pipeline.leave(group, frame.node)
+                log.info("node_left group=%s node=%s", group, frame.node)
+            elif frame.node:
                 metrics.frames.inc()
                 if not pipeline.add(group, frame.node, frame.ts, frame.values, frame.gpus, now):
                     metrics.frames_late.labels(group=group).inc()
@@ -156,6 +160,7 @@ def run_worker(settings: Settings, loglevel: str = "info") -> None:
     metrics = WorkerMetrics()
     if settings.worker_web_port:
         start_http_server(settings.worker_web_port, addr="127.0.0.1", registry=metrics.registry)
+    asyncio.run(ensure_topics(settings))
     app = create_app(settings, metrics)
     settings.datadir.mkdir(parents=True, exist_ok=True)
     worker = faust.Worker(app, loglevel=loglevel, quiet=True)

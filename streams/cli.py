@@ -8,6 +8,7 @@ printed as ``Type: message``; anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -69,22 +70,106 @@ def worker(ctx: click.Context, **flags: Any) -> None:
     """Score frames per peer group and send alerts (a Faust worker)."""
     from streams.app import run_worker
 
-    if flags.get("alertmanager_url") == "":
-        flags["alertmanager_url"] = None
-        settings = _settings(ctx, **flags).model_copy(update={"alertmanager_url": None})
-    else:
-        settings = _settings(ctx, **flags)
-    run_worker(settings, loglevel=ctx.obj["log_level"])
+    run_worker(_settings(ctx, **flags), loglevel=ctx.obj["log_level"])
 
 
-def _register_optional_commands() -> None:
-    # Commands whose modules pull in heavier parts register themselves here, so
-    # `peerwatch --help` stays fast and lists everything.
-    from streams.demo import demo
-    from streams.sources.simulate_cli import simulate
+@main.command()
+@click.option("--kafka", default=None, help="Use this Kafka instead of the embedded broker.")
+@click.option("--speed", default=20.0, show_default=True, help="Replay speed (x real time).")
+@click.option("--duration", type=float, default=None, help="Stop after this many seconds.")
+@click.option(
+    "--fault-after",
+    default=900.0,
+    show_default=True,
+    help="Simulated seconds before the injected fault.",
+)
+@click.option("--nodes", default=60, show_default=True, help="Nodes in the simulated job.")
+@click.option("--seed", default=1, show_default=True)
+@click.option("--alertmanager-url", default=None, help="Also send alerts to this Alertmanager.")
+def demo(
+    kafka: str | None,
+    speed: float,
+    duration: float | None,
+    fault_after: float,
+    nodes: int,
+    seed: int,
+    alertmanager_url: str | None,
+) -> None:
+    """Run broker, ingest, worker and a simulated 60-node job with one fault; show alerts."""
+    import asyncio
 
-    main.add_command(demo)
-    main.add_command(simulate)
+    from rich.console import Console
+
+    from streams.demo import run_demo
+    from streams.services import ServiceError
+
+    kafka = kafka or os.environ.get("PEERWATCH_KAFKA")
+    console = Console()
+    try:
+        view = asyncio.run(
+            run_demo(kafka, speed, duration, fault_after, seed, nodes, alertmanager_url, console)
+        )
+    except KeyboardInterrupt:
+        console.print("stopped.")
+        return
+    except (ServiceError, RuntimeError, TimeoutError, ConnectionError) as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+    firing = sorted({a["labels"].get("node", "-") for a in view.alerts if a["status"] == "firing"})
+    console.print(f"nodes alerted: {', '.join(firing) or 'none'} (injected: {view.plan.victim})")
 
 
-_register_optional_commands()
+@main.command()
+@click.option(
+    "--url",
+    default="http://127.0.0.1:9201/api/v1/write",
+    show_default=True,
+    help="remote_write endpoint to send to.",
+)
+@click.option("--hours", default=1.0, show_default=True, help="Simulated hours to send.")
+@click.option("--speed", type=float, default=None, help="x real time; default as fast as accepted.")
+@click.option("--nodes", default=60, show_default=True)
+@click.option("--seed", default=0, show_default=True)
+@click.option("--fault-node", default=None, help="Inject an NVLink + bus fault on this host.")
+@click.option("--fault-after", default=1800.0, show_default=True, help="Simulated seconds.")
+@click.option(
+    "--truth",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the ground truth here (JSON lines).",
+)
+def simulate(
+    url: str,
+    hours: float,
+    speed: float | None,
+    nodes: int,
+    seed: int,
+    fault_node: str | None,
+    fault_after: float,
+    truth: Path | None,
+) -> None:
+    """Send a simulated cluster to a remote_write receiver (ends in the present)."""
+    import asyncio
+    import time
+
+    from streams.sources.simulator import (
+        ClusterConfig,
+        NvlinkBusFault,
+        ground_truth,
+        replay,
+        write_ground_truth,
+    )
+
+    end_ms = int(time.time() * 1000) // 30_000 * 30_000
+    start_ms = end_ms - int(hours * 3600_000) // 30_000 * 30_000
+    faults = (
+        (NvlinkBusFault(node=fault_node, gpu=3, onset_ms=start_ms + int(fault_after * 1000)),)
+        if fault_node
+        else ()
+    )
+    try:
+        config = ClusterConfig(seed=seed, job_nodes=nodes, start_ms=start_ms, faults=faults)
+    except ValueError as exc:
+        raise click.ClickException(f"ValueError: {exc}") from exc
+    if truth:
+        write_ground_truth(truth, ground_truth(config, end_ms))
+    stats = asyncio.run(replay(url, config, end_ms=end_ms, speed=speed, not_ahead_of=time.time))
+    click.echo(f"sent {stats.rounds} rounds, {stats.samples} samples in {stats.requests} requests")

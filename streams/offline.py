@@ -65,7 +65,10 @@ def score_rounds(
 
 def _feed(pipeline: Pipeline, frames: list[FrameData], now_s: float) -> list[Scored]:
     for f in frames:
-        pipeline.add(f.group, f.node, f.ts, f.values, f.gpus, now_s)
+        if f.left:
+            pipeline.leave(f.group, f.node)
+        else:
+            pipeline.add(f.group, f.node, f.ts, f.values, f.gpus, now_s)
     scored: list[Scored] = []
     for group in {f.group for f in frames} | set(pipeline.groups_waiting(now_s)):
         scored.extend(pipeline.due(group, now_s))

@@ -63,6 +63,10 @@ class Pipeline:
         """Take one frame; False when it is late and was dropped."""
         return self.window(group).add(node, ts, values, gpus, now_s)
 
+    def leave(self, group: str, node: str) -> None:
+        """``node`` left ``group``; its alerts resolve at the next scored bucket."""
+        self.window(group).leave(node)
+
     def due(self, group: str, now_s: float) -> list[Scored]:
         """Score every bucket of ``group`` that is ready to close."""
         out = []

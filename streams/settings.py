@@ -26,6 +26,7 @@ class Settings(BaseSettings):
     topic_alerts: str = "peerwatch.alerts"
     topic_xid: str = "peerwatch.xid"
     topic_partitions: int = Field(4, ge=1)
+    topic_replication: int = Field(1, ge=1, description="replication of topics peerwatch creates")
     app_id: str = "peerwatch"
 
     # identity of a node and of its peer group, from labels
@@ -68,6 +69,11 @@ class Settings(BaseSettings):
         if not v or any(not s for s in v):
             raise ValueError("needs at least one non-empty label name")
         return v
+
+    @field_validator("alertmanager_url", "grafana_url", mode="before")
+    @classmethod
+    def _empty_is_off(cls, v: object) -> object:
+        return None if v == "" else v
 
     @property
     def bucket_ms(self) -> int:

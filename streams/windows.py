@@ -77,6 +77,13 @@ class GroupWindow:
             self.last_seen[node] = ts
         return True
 
+    def leave(self, node: str) -> None:
+        """The node left the group (scheduler moved it): no longer expected, not silent."""
+        self.last_seen.pop(node, None)
+        for bucket in self._open.values():
+            bucket.frames.pop(node, None)
+            bucket.gpus.pop(node, None)
+
     def expected_at(self, ts: int) -> frozenset[str]:
         horizon = ts - self.membership_buckets * self.bucket_ms
         return frozenset(n for n, seen in self.last_seen.items() if seen >= horizon)

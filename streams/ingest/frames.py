@@ -100,6 +100,9 @@ class FrameData:
     ts: int
     values: dict[str, float]
     gpus: dict[str, str] = field(default_factory=dict)
+    # True for a departure notice: the node's series stopped carrying this
+    # group (the scheduler moved it out of the job). No values.
+    left: bool = False
 
 
 def node_from_instance(instance: str) -> str:
@@ -265,6 +268,10 @@ class FrameBuilder:
         self._closed: dict[int, dict[tuple[str, str], _Partial]] = {}  # kept for reopening
         self._max_ts: int | None = None
         self._last_sweep_ts: int | None = None
+        # node -> the group its series last carried (None: in no group), to tell
+        # "left the job" from "went silent"; bounded by the number of nodes
+        self._group_of_node: dict[str, str | None] = {}
+        self._departures: list[FrameData] = []
 
     def _add_use(self, metric: str, use: _Use) -> None:
         self._uses[metric] = (*self._uses.get(metric, ()), use)
@@ -330,6 +337,9 @@ class FrameBuilder:
                 stats.drop("no_node", len(s.samples))
                 continue
             group = self.group_of(labels)
+            if self._group_of_node.get(node, group) != group and s.samples:
+                self._depart(node, group, s.samples[0][0])
+            self._group_of_node[node] = group
             if group is None:
                 stats.drop("no_group", len(s.samples))
                 continue
@@ -406,6 +416,12 @@ class FrameBuilder:
                 else:
                     partial.den.setdefault(use.feature, {})[pair_key] = contribution
 
+    def _depart(self, node: str, new_group: str | None, ts: int) -> None:
+        old = self._group_of_node[node]
+        if old is not None:
+            bucket = ts - ts % self.bucket_ms
+            self._departures.append(FrameData(old, node, bucket, {}, {}, left=True))
+
     def _advance(self, ts: int) -> None:
         if self._max_ts is None or ts > self._max_ts:
             self._max_ts = ts
@@ -450,6 +466,8 @@ class FrameBuilder:
                 if not frames:
                     del self._open[bucket]
         out = self._emit(due)
+        out.extend(self._departures)
+        self._departures.clear()
         self._forget_old()
         return out
 
@@ -463,7 +481,10 @@ class FrameBuilder:
         """Every open frame (shutdown); the builder keeps its per-series state."""
         due = [(b, fk, p) for b, frames in self._open.items() for fk, p in frames.items()]
         self._open.clear()
-        return self._emit(due)
+        out = self._emit(due)
+        out.extend(self._departures)
+        self._departures.clear()
+        return out
 
     def _emit(self, due: list[tuple[int, tuple[str, str], _Partial]]) -> list[FrameData]:
         out: list[FrameData] = []

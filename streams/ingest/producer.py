@@ -26,7 +26,8 @@ log = logging.getLogger("peerwatch.ingest")
 
 def encode_frame(frame: FrameData) -> bytes:
     record = Frame(
-        group=frame.group, node=frame.node, ts=frame.ts, values=frame.values, gpus=frame.gpus
+        group=frame.group, node=frame.node, ts=frame.ts, values=frame.values, gpus=frame.gpus,
+        left=frame.left,
     )
     return record.dumps(serializer="json")
 

@@ -32,6 +32,7 @@ from streams.ingest.producer import FrameProducer
 from streams.ingest.remote_write import RemoteWriteError, WriteRequestDecoder
 from streams.metrics import IngestMetrics
 from streams.settings import Settings
+from streams.topics import ensure_topics
 
 log = logging.getLogger("peerwatch.ingest")
 
@@ -115,6 +116,7 @@ class Ingest:
         return app
 
     async def _background(self, app: web.Application) -> AsyncIterator[None]:
+        await ensure_topics(self.settings)
         tasks = [
             asyncio.create_task(self.producer.run(), name="producer"),
             asyncio.create_task(self.flush_forever(), name="flusher"),

@@ -241,8 +241,15 @@ async def replay(
     encode: Encoder | None = None,
     min_backoff_s: float = 0.03,
     max_backoff_s: float = 5.0,
+    not_ahead_of: Callable[[], float] | None = None,
+    on_round: Callable[[int, int], None] | None = None,
 ) -> ReplayStats:
     """Send the rounds of ``generate(config, start_ms, end_ms)`` to ``url``.
+
+    ``not_ahead_of`` (e.g. ``time.time``) holds each round back until that
+    clock has passed its end, so a fast replay that catches up with the present
+    continues in real time instead of running into the future.
+    ``on_round(t_ms, samples)`` is called after each round is delivered.
 
     With ``speed`` a round is sent once ``speed`` x real time has passed its
     end (when all its scrapes have happened); ``None`` sends as fast as the
@@ -264,6 +271,8 @@ async def replay(
                 encode=encode,
                 min_backoff_s=min_backoff_s,
                 max_backoff_s=max_backoff_s,
+                not_ahead_of=not_ahead_of,
+                on_round=on_round,
             )
     loop = asyncio.get_running_loop()
     wall_start = loop.time()
@@ -273,6 +282,8 @@ async def replay(
         if speed is not None:
             first_t = t if first_t is None else first_t
             due = wall_start + (t + config.interval_ms - first_t) / 1000.0 / speed
+            if not_ahead_of is not None:
+                due = max(due, loop.time() + (t + config.interval_ms) / 1000.0 - not_ahead_of())
             delay = due - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -286,5 +297,8 @@ async def replay(
             max_backoff_s=max_backoff_s,
         )
         rounds += 1
-        samples += sum(len(s.samples) for s in series)
+        n = sum(len(s.samples) for s in series)
+        samples += n
+        if on_round is not None:
+            on_round(t, n)
     return ReplayStats(rounds, samples, requests)

@@ -1,0 +1,260 @@
+"""`peerwatch demo`: the whole service on one laptop, with a simulated job.
+
+Starts an embedded Kafka-compatible broker (or uses ``--kafka``), the ingest
+and a Faust worker as child processes, replays a simulated 60-node job (plus 3
+spares) into the ingest over real remote_write, faster than real time, with one
+NVLink + bus fault injected, and shows the ``peerwatch.alerts`` topic live.
+Ctrl-C (or ``--duration``) stops everything; children run in their own process
+groups and are terminated, then killed, so nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+from aiokafka import AIOKafkaConsumer
+from rich.console import Console, Group
+from rich.live import Live
+from rich.panel import Panel
+from rich.table import Table
+
+from streams.services import EmbeddedBroker, free_port
+from streams.settings import Settings
+from streams.sources.simulator import ClusterConfig, NvlinkBusFault, replay
+from streams.topics import ensure_topics
+
+BUCKET_MS = 30_000
+
+
+@dataclass
+class DemoPlan:
+    """What the demo simulates; times are simulated epoch ms."""
+
+    start_ms: int
+    fault_ms: int
+    config: ClusterConfig
+    speed: float
+
+    @classmethod
+    def build(cls, speed: float, fault_after_s: float, seed: int, nodes: int) -> DemoPlan:
+        now_ms = int(time.time() * 1000)
+        # Start far enough in the past that the fast replay reaches the fault
+        # before it catches up with the wall clock (the ingest refuses samples
+        # from the future).
+        start_ms = (now_ms - 3 * 3600_000) // BUCKET_MS * BUCKET_MS
+        fault_ms = start_ms + int(fault_after_s * 1000) // BUCKET_MS * BUCKET_MS + 7_000
+        victim = f"gpu{64 + nodes // 3:03d}"
+        config = ClusterConfig(
+            seed=seed,
+            job_nodes=nodes,
+            start_ms=start_ms,
+            checkpoint_interval_s=420.0,  # a few saves before the fault: they must not page
+            faults=(NvlinkBusFault(node=victim, gpu=3, onset_ms=fault_ms),),
+        )
+        return cls(start_ms, fault_ms, config, speed)
+
+    @property
+    def victim(self) -> str:
+        return self.config.faults[0].node  # type: ignore[attr-defined, no-any-return]
+
+
+@dataclass
+class DemoView:
+    plan: DemoPlan
+    sim_ms: int = 0
+    rounds: int = 0
+    samples: int = 0
+    started: float = field(default_factory=time.monotonic)
+    first_alert_wall_s: float | None = None
+    alerts: list[dict] = field(default_factory=list)
+    status: str = "starting"
+
+    def on_round(self, t_ms: int, samples: int) -> None:
+        self.sim_ms, self.rounds, self.samples = t_ms, self.rounds + 1, self.samples + samples
+
+    def on_alert(self, record: dict) -> None:
+        if self.first_alert_wall_s is None and record.get("status") == "firing":
+            self.first_alert_wall_s = time.monotonic() - self.started
+        self.alerts.append(record)
+
+    def _sim_clock(self, ms: int) -> str:
+        return "--:--" if ms <= 0 else time.strftime("%H:%M:%S", time.gmtime(ms / 1000))
+
+    def render(self) -> Group:
+        plan = self.plan
+        elapsed = time.monotonic() - self.started
+        fault_bucket = (plan.fault_ms - plan.start_ms) // BUCKET_MS
+        head = (
+            f"[b]peerwatch demo[/b]  {self.status}   wall {elapsed:5.0f} s   "
+            f"sim {self._sim_clock(self.sim_ms)} UTC   rounds {self.rounds}   "
+            f"samples {self.samples:,}\n"
+            f"job: {plan.config.job_nodes} nodes + {plan.config.spares} spares, "
+            f"checkpoint saves every ~{plan.config.checkpoint_interval_s / 60:.0f} min, "
+            f"replay {plan.speed:g}x real time\n"
+            f"injected: NVLink + bus fault on [b]{plan.victim}[/b] GPU 3 "
+            f"(XID 145 → 79) at sim {self._sim_clock(plan.fault_ms)} (bucket {fault_bucket})"
+        )
+        if self.first_alert_wall_s is not None:
+            head += f"\nfirst alert {self.first_alert_wall_s:.0f} s after start"
+        table = Table(expand=True)
+        for col in ("sim time", "status", "alert", "node", "severity", "bucket vs XID", "signals"):
+            table.add_column(col, overflow="fold")
+        for a in self.alerts[-15:]:
+            labels = a.get("labels", {})
+            bucket = a.get("bucket_ts", 0)
+            rel = (bucket - plan.fault_ms // BUCKET_MS * BUCKET_MS) // BUCKET_MS
+            sigs = ", ".join(
+                f"{s['feature']} z={s['z']:+.1f}" for s in (a.get("signals") or [])[:3]
+            )
+            style = "red" if a.get("status") == "firing" else "green"
+            table.add_row(
+                self._sim_clock(bucket),
+                f"[{style}]{a.get('status')}[/{style}]",
+                labels.get("alertname", ""),
+                labels.get("node", "-"),
+                labels.get("severity", ""),
+                f"{rel:+d}",
+                sigs,
+            )
+        return Group(Panel(head), table)
+
+
+@contextlib.contextmanager
+def _child(args: list[str], env: dict[str, str], log_path: Path) -> Iterator[subprocess.Popen]:
+    """A ``peerwatch`` child in its own process group, terminated (then killed) on exit."""
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "streams", *args],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        yield proc
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+async def _wait_ready(url: str, procs: list[subprocess.Popen], timeout_s: float = 90) -> None:
+    deadline = time.monotonic() + timeout_s
+    async with httpx.AsyncClient() as client:
+        while time.monotonic() < deadline:
+            for p in procs:
+                if p.poll() is not None:
+                    raise RuntimeError(f"a peerwatch process exited early (code {p.returncode})")
+            with contextlib.suppress(httpx.TransportError):
+                if (await client.get(url, timeout=2)).status_code == 200:
+                    return
+            await asyncio.sleep(0.3)
+    raise TimeoutError(f"{url} not ready after {timeout_s:.0f} s")
+
+
+async def _watch_alerts(settings: Settings, view: DemoView) -> None:
+    consumer = AIOKafkaConsumer(
+        settings.topic_alerts,
+        bootstrap_servers=settings.broker_host_port,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    await consumer.start()
+    try:
+        async for msg in consumer:
+            with contextlib.suppress(ValueError):
+                view.on_alert(json.loads(msg.value))
+    finally:
+        await consumer.stop()
+
+
+async def run_demo(
+    kafka: str | None,
+    speed: float,
+    duration_s: float | None,
+    fault_after_s: float,
+    seed: int,
+    nodes: int,
+    alertmanager_url: str | None,
+    console: Console,
+) -> DemoView:
+    workdir = Path(tempfile.mkdtemp(prefix="peerwatch-demo-"))
+    plan = DemoPlan.build(speed, fault_after_s, seed, nodes)
+    view = DemoView(plan)
+    with contextlib.ExitStack() as stack:
+        if kafka is None:
+            console.print("starting the embedded broker (Tansu) …")
+            broker = stack.enter_context(EmbeddedBroker(workdir=workdir / "broker"))
+            kafka = f"kafka://{broker.bootstrap}"
+        ingest_port = free_port()
+        env = {
+            **os.environ,
+            "PEERWATCH_KAFKA": kafka,
+            # the scheduler's label: spares and excluded nodes are not job peers
+            "PEERWATCH_GROUP_LABELS": '["train_job"]',
+            "PEERWATCH_INGEST_PORT": str(ingest_port),
+            "PEERWATCH_DATADIR": str(workdir / "worker"),
+            "PEERWATCH_WORKER_WEB_PORT": "0",
+            "PEERWATCH_ALERTMANAGER_URL": alertmanager_url or "",
+            "PEERWATCH_APP_ID": f"peerwatch-demo-{os.getpid()}",
+        }
+        settings = Settings(kafka=kafka)
+        await ensure_topics(settings)
+        console.print(f"starting ingest (:{ingest_port}) and worker; logs in {workdir}")
+        procs = [
+            stack.enter_context(_child(["ingest"], env, workdir / "ingest.log")),
+            stack.enter_context(_child(["worker"], env, workdir / "worker.log")),
+        ]
+        await _wait_ready(f"http://127.0.0.1:{ingest_port}/-/ready", procs)
+        view.status = "running"
+        tasks = [
+            asyncio.create_task(_watch_alerts(settings, view)),
+            asyncio.create_task(
+                replay(
+                    f"http://127.0.0.1:{ingest_port}/api/v1/write",
+                    plan.config,
+                    speed=speed,
+                    not_ahead_of=time.time,
+                    on_round=view.on_round,
+                )
+            ),
+        ]
+        try:
+            with Live(view.render(), console=console, refresh_per_second=2) as live:
+                deadline = None if duration_s is None else time.monotonic() + duration_s
+                while deadline is None or time.monotonic() < deadline:
+                    for p in procs:
+                        if p.poll() is not None:
+                            raise RuntimeError(
+                                f"a peerwatch process exited (code {p.returncode}); see {workdir}"
+                            )
+                    for t in tasks:
+                        if t.done() and t.exception():
+                            raise t.exception()  # type: ignore[misc]
+                    live.update(view.render())
+                    await asyncio.sleep(0.5)
+                view.status = "finished"
+                live.update(view.render())
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            console.print("stopping …")
+    return view

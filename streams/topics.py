@@ -1,0 +1,48 @@
+"""Create peerwatch's topics before anything subscribes to them.
+
+Faust does not create an agent's source topic, and a topic auto-created by
+the first produce gets the broker's default partition count; the frames topic
+and the worker's table must agree on it, so both processes call this first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+
+from streams.settings import Settings
+
+log = logging.getLogger("peerwatch.topics")
+
+
+async def ensure_topics(settings: Settings, attempts: int = 30) -> None:
+    """Create the frames, alerts and xid topics if missing (retries while the broker starts)."""
+    names = (settings.topic_frames, settings.topic_alerts, settings.topic_xid)
+    for attempt in range(1, attempts + 1):
+        admin = AIOKafkaAdminClient(bootstrap_servers=settings.broker_host_port)
+        try:
+            await admin.start()
+            existing = set(await admin.list_topics())
+            missing = [n for n in names if n not in existing]
+            if missing:
+                new = [
+                    NewTopic(n, settings.topic_partitions, settings.topic_replication)
+                    for n in missing
+                ]
+                # another process may win the race to create them
+                with contextlib.suppress(TopicAlreadyExistsError):
+                    await admin.create_topics(new)
+                log.info(
+                    "topics_created names=%s partitions=%d", missing, settings.topic_partitions
+                )
+            return
+        except KafkaError as exc:
+            log.warning("kafka_unavailable attempt=%d error=%r", attempt, exc)
+            await asyncio.sleep(min(0.5 * attempt, 5.0))
+        finally:
+            await admin.close()
+    raise ConnectionError(f"could not reach Kafka at {settings.broker_host_port} to create topics")
