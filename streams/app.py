@@ -127,6 +127,10 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
             if scored:
                 state_table[group] = pipeline.snapshot(group)
 
+    @app.on_rebalance_complete.connect
+    async def _assigned(sender: Any, **kwargs: Any) -> None:
+        metrics.ready.set(1)
+
     @app.timer(TICK_EVERY_S)
     async def wake_quiet_groups() -> None:
         for group in pipeline.groups_waiting(time.time()):

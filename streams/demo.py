@@ -13,24 +13,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
-import signal
-import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
 from aiokafka import AIOKafkaConsumer
 from rich.console import Console, Group
 from rich.live import Live
 from rich.panel import Panel
 from rich.table import Table
 
-from streams.services import EmbeddedBroker, free_port
+from streams.services import EmbeddedBroker, PeerwatchProcess, free_port
 from streams.settings import Settings
 from streams.sources.simulator import ClusterConfig, NvlinkBusFault, replay
 from streams.topics import ensure_topics
@@ -131,44 +127,6 @@ class DemoView:
         return Group(Panel(head), table)
 
 
-@contextlib.contextmanager
-def _child(args: list[str], env: dict[str, str], log_path: Path) -> Iterator[subprocess.Popen]:
-    """A ``peerwatch`` child in its own process group, terminated (then killed) on exit."""
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "streams", *args],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        yield proc
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
-async def _wait_ready(url: str, procs: list[subprocess.Popen], timeout_s: float = 90) -> None:
-    deadline = time.monotonic() + timeout_s
-    async with httpx.AsyncClient() as client:
-        while time.monotonic() < deadline:
-            for p in procs:
-                if p.poll() is not None:
-                    raise RuntimeError(f"a peerwatch process exited early (code {p.returncode})")
-            with contextlib.suppress(httpx.TransportError):
-                if (await client.get(url, timeout=2)).status_code == 200:
-                    return
-            await asyncio.sleep(0.3)
-    raise TimeoutError(f"{url} not ready after {timeout_s:.0f} s")
-
-
 async def _watch_alerts(settings: Settings, view: DemoView) -> None:
     consumer = AIOKafkaConsumer(
         settings.topic_alerts,
@@ -195,6 +153,8 @@ async def run_demo(
     alertmanager_url: str | None,
     console: Console,
 ) -> DemoView:
+    for noisy in ("httpx", "aiokafka"):  # per-request lines would scroll the view away
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     workdir = Path(tempfile.mkdtemp(prefix="peerwatch-demo-"))
     plan = DemoPlan.build(speed, fault_after_s, seed, nodes)
     view = DemoView(plan)
@@ -203,7 +163,7 @@ async def run_demo(
             console.print("starting the embedded broker (Tansu) …")
             broker = stack.enter_context(EmbeddedBroker(workdir=workdir / "broker"))
             kafka = f"kafka://{broker.bootstrap}"
-        ingest_port = free_port()
+        ingest_port, metrics_port = free_port(), free_port()
         env = {
             **os.environ,
             "PEERWATCH_KAFKA": kafka,
@@ -211,18 +171,36 @@ async def run_demo(
             "PEERWATCH_GROUP_LABELS": '["train_job"]',
             "PEERWATCH_INGEST_PORT": str(ingest_port),
             "PEERWATCH_DATADIR": str(workdir / "worker"),
-            "PEERWATCH_WORKER_WEB_PORT": "0",
+            "PEERWATCH_WORKER_WEB_PORT": str(metrics_port),
             "PEERWATCH_ALERTMANAGER_URL": alertmanager_url or "",
             "PEERWATCH_APP_ID": f"peerwatch-demo-{os.getpid()}",
         }
         settings = Settings(kafka=kafka)
         await ensure_topics(settings)
         console.print(f"starting ingest (:{ingest_port}) and worker; logs in {workdir}")
-        procs = [
-            stack.enter_context(_child(["ingest"], env, workdir / "ingest.log")),
-            stack.enter_context(_child(["worker"], env, workdir / "worker.log")),
-        ]
-        await _wait_ready(f"http://127.0.0.1:{ingest_port}/-/ready", procs)
+        # Starting them waits for readiness (a blocking poll): keep it off the loop.
+        ingest, worker = await asyncio.gather(
+            asyncio.to_thread(
+                stack.enter_context,
+                PeerwatchProcess(
+                    ["ingest"],
+                    env,
+                    workdir / "ingest.log",
+                    f"http://127.0.0.1:{ingest_port}/-/ready",
+                ),
+            ),
+            asyncio.to_thread(
+                stack.enter_context,
+                PeerwatchProcess(
+                    ["worker"],
+                    env,
+                    workdir / "worker.log",
+                    f"http://127.0.0.1:{metrics_port}/metrics",
+                    "peerwatch_worker_ready 1.0",
+                ),
+            ),
+        )
+        procs = [ingest, worker]
         view.status = "running"
         tasks = [
             asyncio.create_task(_watch_alerts(settings, view)),
@@ -241,10 +219,8 @@ async def run_demo(
                 deadline = None if duration_s is None else time.monotonic() + duration_s
                 while deadline is None or time.monotonic() < deadline:
                     for p in procs:
-                        if p.poll() is not None:
-                            raise RuntimeError(
-                                f"a peerwatch process exited (code {p.returncode}); see {workdir}"
-                            )
+                        if not p.running:
+                            raise RuntimeError(f"{p.name} exited; see {p.log_path}")
                     for t in tasks:
                         if t.done() and t.exception():
                             raise t.exception()  # type: ignore[misc]

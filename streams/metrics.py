@@ -44,6 +44,9 @@ class WorkerMetrics:
 
     def __post_init__(self) -> None:
         r = self.registry
+        self.ready = Gauge(
+            "peerwatch_worker_ready", "1 once the worker owns its partitions", registry=r
+        )
         self.frames = Counter("peerwatch_worker_frames", "frames consumed", registry=r)
         self.frames_late = Counter(
             "peerwatch_worker_frames_late",

@@ -24,6 +24,7 @@ class Frame(faust.Record, serializer="json"):
     ts: int
     values: dict[str, float]
     gpus: dict[str, str] = {}
+    left: bool = False  # departure notice: the node is no longer in this group
 
 
 class AlertRecord(faust.Record, serializer="json"):

@@ -34,6 +34,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -230,6 +231,47 @@ class _ManagedProcess:
         tail = "\n".join(text.splitlines()[-lines:])
         where = f" ({self._log_path})" if self._log_path is not None else ""
         return f"; last log lines{where}:\n{tail}"
+
+
+class PeerwatchProcess(_ManagedProcess):
+    """A ``peerwatch`` subcommand as a child (``python -m streams ARGS``), ready when
+    ``ready_url`` answers 200 (and contains ``ready_text``, if given).
+
+    The demo and the end-to-end tests run the ingest and the worker this way,
+    exactly as an operator would.
+    """
+
+    startup_timeout = 120.0
+
+    def __init__(
+        self,
+        args: list[str],
+        env: dict[str, str],
+        log_path: Path,
+        ready_url: str,
+        ready_text: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.name = f"peerwatch {args[0]}"
+        self._args = args
+        self._env = env
+        self._log_path = log_path
+        self._ready_url = ready_url
+        self._ready_text = ready_text
+
+    def _command(self) -> list[str]:
+        return [sys.executable, "-m", "streams", *self._args]
+
+    def _environment(self) -> dict[str, str]:
+        return {**os.environ, **self._env}
+
+    def _is_ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(self._ready_url, timeout=2) as reply:
+                body = reply.read().decode(errors="replace")
+        except (OSError, ValueError):
+            return False
+        return self._ready_text is None or self._ready_text in body
 
 
 def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:

@@ -51,6 +51,7 @@ class FrameProducer:
         self._producer: AIOKafkaProducer | None = None
         self._wake = asyncio.Event()
         self._connected = False
+        self.failed: BaseException | None = None  # set if run() died: a bug, not an outage
 
     @property
     def backlog(self) -> int:
@@ -62,7 +63,7 @@ class FrameProducer:
 
         What was accepted before stays queued and is delivered once Kafka is back.
         """
-        return self._connected and len(self._queue) < self._max_backlog
+        return self._connected and self.failed is None and len(self._queue) < self._max_backlog
 
     @property
     def connected(self) -> bool:
@@ -104,7 +105,22 @@ class FrameProducer:
         await asyncio.gather(*futures)
 
     async def run(self) -> None:
-        """Send forever; a failed batch stays at the head of the queue and is retried."""
+        """Send forever; a failed batch stays at the head of the queue and is retried.
+
+        Anything but a Kafka error is a bug: it is logged, recorded in ``failed``
+        (the ingest then answers 503 and reports not ready) and re-raised.
+        """
+        try:
+            await self._run()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            self.failed = exc
+            self._connected = False
+            log.exception("frame_producer_failed backlog=%d", len(self._queue))
+            raise
+
+    async def _run(self) -> None:
         producer = await self._connect()
         backoff = 0.2
         try:

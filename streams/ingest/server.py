@@ -70,7 +70,12 @@ class Ingest:
             return self._reply(413, f"body above {self.settings.max_body_bytes} bytes\n")
         if not self.producer.accepting:
             log.warning("ingest_backpressure backlog=%d", self.producer.backlog)
-            reason = "kafka unreachable" if not self.producer.connected else "backlog full"
+            if self.producer.failed is not None:
+                reason = f"frame producer failed ({self.producer.failed!r})"
+            elif not self.producer.connected:
+                reason = "kafka unreachable"
+            else:
+                reason = "backlog full"
             return self._reply(503, f"{reason}; retry later\n")
         try:
             body = await request.read()
@@ -95,7 +100,7 @@ class Ingest:
         )
 
     async def ready(self, request: web.Request) -> web.Response:
-        return web.Response(status=200 if self.producer.connected else 503)
+        return web.Response(status=200 if self.producer.accepting else 503)
 
     async def flush_forever(self) -> None:
         while True:
