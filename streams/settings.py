@@ -57,6 +57,11 @@ class Settings(BaseSettings):
     datadir: Path = Path("peerwatch-data")
     store: str = "memory://"
 
+    # XID catalog: "nvidia" (NVIDIA's resolution buckets) or "report" (the
+    # source report's simpler mapping), plus an optional operator override file
+    xid_profile: str = "nvidia"
+    xid_overrides: Path | None = None
+
     # alert outputs
     alertmanager_url: str | None = "http://127.0.0.1:9093"
     alert_resend_s: float = Field(60.0, gt=0)
@@ -99,7 +104,8 @@ def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
     """Build settings from file < environment < ``overrides`` (CLI flags; None = not given)."""
     path = config or (Path(p) if (p := os.environ.get("PEERWATCH_CONFIG")) else None)
     from_file = _read_file(path) if path else {}
-    env_set = {name for name in Settings.model_fields if f"PEERWATCH_{name.upper()}" in os.environ}
+    env_names = {k.upper() for k in os.environ}  # pydantic-settings matches any case
+    env_set = {name for name in Settings.model_fields if f"PEERWATCH_{name.upper()}" in env_names}
     base = {k: v for k, v in from_file.items() if k not in env_set}
     cli = {k: v for k, v in overrides.items() if v is not None}
     # pydantic-settings gives init kwargs priority over env; file values are

@@ -19,10 +19,15 @@ from streams.settings import Settings
 log = logging.getLogger("peerwatch.topics")
 
 
-async def ensure_topics(settings: Settings, attempts: int = 30) -> None:
-    """Create the frames, alerts and xid topics if missing (retries while the broker starts)."""
+async def ensure_topics(settings: Settings, attempts: int | None = 30) -> None:
+    """Create the frames, alerts and xid topics if missing.
+
+    Retries while the broker is unreachable: ``attempts`` times, or forever if None.
+    """
     names = (settings.topic_frames, settings.topic_alerts, settings.topic_xid)
-    for attempt in range(1, attempts + 1):
+    attempt = 0
+    while attempts is None or attempt < attempts:
+        attempt += 1
         admin = AIOKafkaAdminClient(bootstrap_servers=settings.broker_host_port)
         try:
             await admin.start()

@@ -56,6 +56,7 @@ class GroupWindow:
     lag_buckets: int = 2
     closed_upto: int = -1  # ts of the newest closed bucket
     last_seen: dict[str, int] = field(default_factory=dict)  # node -> newest bucket ts
+    joined: dict[str, int] = field(default_factory=dict)  # node -> oldest bucket ts seen
     _open: dict[int, _OpenBucket] = field(default_factory=dict)
 
     def add(
@@ -75,18 +76,25 @@ class GroupWindow:
             bucket.frames[node], bucket.gpus[node] = dict(values), dict(gpus)
         if ts > self.last_seen.get(node, -1):
             self.last_seen[node] = ts
+        if ts < self.joined.get(node, ts + 1):
+            self.joined[node] = ts
         return True
 
     def leave(self, node: str) -> None:
         """The node left the group (scheduler moved it): no longer expected, not silent."""
         self.last_seen.pop(node, None)
+        self.joined.pop(node, None)
         for bucket in self._open.values():
             bucket.frames.pop(node, None)
             bucket.gpus.pop(node, None)
 
     def expected_at(self, ts: int) -> frozenset[str]:
         horizon = ts - self.membership_buckets * self.bucket_ms
-        return frozenset(n for n, seen in self.last_seen.items() if seen >= horizon)
+        # A node that joined after ts (its first frame is for a newer bucket)
+        # was not a member then: it must not hold ts open or look silent in it.
+        return frozenset(
+            n for n, seen in self.last_seen.items() if seen >= horizon and self.joined[n] <= ts
+        )
 
     def due(self, now_s: float) -> list[ClosedBucket]:
         """Close and return every bucket that is ready, oldest first."""
@@ -123,13 +131,20 @@ class GroupWindow:
         horizon = self.closed_upto - self.membership_buckets * self.bucket_ms
         for node in [n for n, seen in self.last_seen.items() if seen < horizon]:
             del self.last_seen[node]
+            del self.joined[node]
 
     # Membership and progress survive a worker restart (kept in a Faust table).
     # Open buckets live in memory only: a crash loses at most the frames of the
     # buckets still inside their grace period.
     def snapshot(self) -> dict[str, Any]:
-        return {"closed_upto": self.closed_upto, "last_seen": dict(self.last_seen)}
+        return {
+            "closed_upto": self.closed_upto,
+            "last_seen": dict(self.last_seen),
+            "joined": dict(self.joined),
+        }
 
     def restore(self, snap: Mapping[str, Any]) -> None:
         self.closed_upto = int(snap.get("closed_upto", -1))
         self.last_seen = {str(k): int(v) for k, v in snap.get("last_seen", {}).items()}
+        joined = snap.get("joined", {})
+        self.joined = {n: int(joined.get(n, seen)) for n, seen in self.last_seen.items()}

@@ -120,10 +120,15 @@ class Ingest:
         app.cleanup_ctx.append(self._background)
         return app
 
+    async def _produce(self) -> None:
+        # Topics first (Kafka may still be away: the HTTP side answers 503 until
+        # the producer has connected), then send forever.
+        await ensure_topics(self.settings, attempts=None)
+        await self.producer.run()
+
     async def _background(self, app: web.Application) -> AsyncIterator[None]:
-        await ensure_topics(self.settings)
         tasks = [
-            asyncio.create_task(self.producer.run(), name="producer"),
+            asyncio.create_task(self._produce(), name="producer"),
             asyncio.create_task(self.flush_forever(), name="flusher"),
         ]
         yield

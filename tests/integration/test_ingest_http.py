@@ -1,0 +1,327 @@
+"""`peerwatch ingest` over HTTP: status codes as Prometheus reads them, frames on real Kafka.
+
+The aiohttp app from ``build_ingest`` is served in-process (its cleanup context
+creates the topics and starts the frame producer and the flusher) against the
+session's Apache Kafka; frames are read back with a plain aiokafka consumer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import cramjam
+import pytest
+import pytest_asyncio
+from aiohttp.test_utils import TestClient, TestServer
+from aiokafka import AIOKafkaConsumer
+
+from streams.ingest.remote_write import MetricMetadata, WriteRequest, encode_write_request
+from streams.ingest.series import Series
+from streams.ingest.server import build_ingest
+from streams.services import free_port
+from streams.settings import Settings
+
+B = 30_000  # bucket length (ms), the default bucket_s
+MAX_BODY = 2048
+READY_TIMEOUT_S = 30.0
+FRAMES_TIMEOUT_S = 20.0
+# Startup against an unreachable broker must not take longer than this to start serving.
+DEAD_KAFKA_START_S = 8.0
+
+# What Prometheus 2.42 sends with every remote_write request.
+PROMETHEUS_HEADERS = {
+    "Content-Type": "application/x-protobuf",
+    "Content-Encoding": "snappy",
+    "X-Prometheus-Remote-Write-Version": "0.1.0",
+    "User-Agent": "Prometheus/2.42.0",
+}
+
+IngestFactory = Callable[..., Awaitable[tuple[TestClient, Settings]]]
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def settings_for(bootstrap: str, **overrides: object) -> Settings:
+    name = unique("ingest-http")
+    values: dict[str, object] = {
+        "kafka": f"kafka://{bootstrap}",
+        "topic_frames": f"{name}.frames",
+        "topic_alerts": f"{name}.alerts",
+        "topic_xid": f"{name}.xid",
+        "topic_partitions": 1,
+        "max_body_bytes": MAX_BODY,
+        "ingest_idle_flush_s": 0.5,
+        **overrides,
+    }
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+def node_series(cluster: str, instance: str, ts: int, intr: float, procs: float) -> list[Series]:
+    """One scrape of a node, as node_exporter's series reach remote_write."""
+    common = {"cluster": cluster, "instance": instance, "job": "node"}
+    return [
+        Series({"__name__": "node_intr_total", **common}, [(ts, intr)]),
+        Series({"__name__": "node_procs_running", **common}, [(ts, procs)]),
+        # an exporter series no feature reads: skipped, never an error
+        Series({"__name__": "node_load1", **common}, [(ts, 1.5)]),
+    ]
+
+
+def recent_bucket_start(buckets_ago: int = 10) -> int:
+    """A bucket start in the recent past (samples there are neither future nor late)."""
+    now_ms = int(time.time() * 1000)
+    return now_ms - now_ms % B - buckets_ago * B
+
+
+async def post(client: TestClient, body: bytes, **headers: str) -> tuple[int, str]:
+    async with client.post("/api/v1/write", data=body, headers=PROMETHEUS_HEADERS | headers) as r:
+        return r.status, await r.text()
+
+
+async def wait_ready(client: TestClient, timeout_s: float = READY_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        async with client.get("/-/ready") as reply:
+            if reply.status == 200:
+                return
+        if time.monotonic() > deadline:
+            pytest.fail(f"ingest not ready after {timeout_s:.0f} s (last status {reply.status})")
+        await asyncio.sleep(0.1)
+
+
+@pytest_asyncio.fixture
+async def start_ingest() -> AsyncIterator[IngestFactory]:
+    """Serve ``build_ingest(settings)`` in-process; closed (flushed, drained) after the test."""
+    clients: list[TestClient] = []
+
+    async def start(
+        settings: Settings, start_timeout_s: float = 60.0
+    ) -> tuple[TestClient, Settings]:
+        client = TestClient(TestServer(build_ingest(settings).app()))
+        clients.append(client)
+        try:
+            await asyncio.wait_for(client.start_server(), start_timeout_s)
+        except TimeoutError:
+            pytest.fail(
+                f"ingest did not start serving within {start_timeout_s:.0f} s "
+                f"(kafka={settings.kafka})"
+            )
+        return client, settings
+
+    yield start
+    for client in reversed(clients):
+        await client.close()
+
+
+@pytest_asyncio.fixture
+async def ready_ingest(kafka_bootstrap: str, start_ingest: IngestFactory) -> TestClient:
+    client, _ = await start_ingest(settings_for(kafka_bootstrap))
+    await wait_ready(client)
+    return client
+
+
+# --- status codes -------------------------------------------------------------------------------
+
+
+async def test_valid_remote_write_body_is_accepted_with_204(ready_ingest: TestClient) -> None:
+    ts = recent_bucket_start() + 1_000
+    body = encode_write_request(
+        node_series("c1", "gpu-01:9100", ts, 1e6, 10) + node_series("c1", "gpu-02:9100", ts, 2e6, 7)
+    )
+    assert await post(ready_ingest, body) == (204, "")
+
+
+async def test_receive_path_accepts_remote_write_too(ready_ingest: TestClient) -> None:
+    body = encode_write_request(node_series("c1", "gpu-01:9100", recent_bucket_start(), 1e6, 10))
+    async with ready_ingest.post("/receive", data=body, headers=PROMETHEUS_HEADERS) as reply:
+        assert reply.status == 204
+
+
+async def test_metadata_only_write_request_is_accepted_with_204(ready_ingest: TestClient) -> None:
+    request = WriteRequest(
+        metadata=[
+            MetricMetadata(type=1, metric_family_name="node_intr_total", help="Interrupts."),
+            MetricMetadata(type=2, metric_family_name="node_procs_running", help="Running."),
+        ]
+    )
+    assert len(request.timeseries) == 0
+    body = bytes(cramjam.snappy.compress_raw(request.SerializeToString()))
+    assert await post(ready_ingest, body) == (204, "")
+
+
+async def test_garbage_body_is_rejected_with_400_and_a_one_line_reason(
+    ready_ingest: TestClient,
+) -> None:
+    status, text = await post(ready_ingest, b"this is certainly not a snappy protobuf")
+    assert status == 400
+    reason = text.strip()
+    assert reason and "\n" not in reason
+
+
+async def test_empty_body_is_rejected_with_400(ready_ingest: TestClient) -> None:
+    status, text = await post(ready_ingest, b"")
+    assert status == 400
+    assert "empty" in text
+
+
+async def test_framed_snappy_body_is_rejected_with_400_naming_the_format(
+    ready_ingest: TestClient,
+) -> None:
+    raw = WriteRequest().SerializeToString() + b"\x0a\x00"  # one empty TimeSeries
+    status, text = await post(ready_ingest, bytes(cramjam.snappy.compress(raw)))
+    assert status == 400
+    assert "framed" in text and "block" in text
+    assert "\n" not in text.strip()
+
+
+async def test_body_above_max_body_bytes_is_rejected_with_413(ready_ingest: TestClient) -> None:
+    status, text = await post(ready_ingest, os.urandom(MAX_BODY + 2048))
+    assert status == 413
+    assert str(MAX_BODY) in text
+
+
+async def test_chunked_body_above_max_body_bytes_is_rejected_with_413(
+    ready_ingest: TestClient,
+) -> None:
+    """Without a Content-Length the limit is enforced while reading."""
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for _ in range(4):
+            yield os.urandom(1024)
+
+    status, _ = await post(ready_ingest, chunks())  # type: ignore[arg-type]
+    assert status == 413
+
+
+async def test_body_of_exactly_max_body_bytes_is_not_too_large(ready_ingest: TestClient) -> None:
+    status, _ = await post(ready_ingest, b"\x00" * MAX_BODY)
+    assert status == 400  # read and decoded (and undecodable), not refused for its size
+
+
+async def test_remote_write_2_content_type_is_rejected_with_415(ready_ingest: TestClient) -> None:
+    body = encode_write_request(node_series("c1", "gpu-01:9100", recent_bucket_start(), 1e6, 10))
+    status, text = await post(
+        ready_ingest,
+        body,
+        **{"Content-Type": "application/x-protobuf;proto=io.prometheus.write.v2.Request"},
+    )
+    assert status == 415
+    assert "1.0" in text
+
+
+async def test_non_protobuf_content_type_is_rejected_with_415(ready_ingest: TestClient) -> None:
+    body = encode_write_request(node_series("c1", "gpu-01:9100", recent_bucket_start(), 1e6, 10))
+    status, _ = await post(ready_ingest, body, **{"Content-Type": "application/json"})
+    assert status == 415
+
+
+async def test_metrics_page_counts_requests_by_status(ready_ingest: TestClient) -> None:
+    await post(ready_ingest, b"garbage")
+    async with ready_ingest.get("/metrics") as reply:
+        text = await reply.text()
+    assert 'peerwatch_ingest_requests_total{code="400"} 1.0' in text
+
+
+# --- frames on Kafka ----------------------------------------------------------------------------
+
+
+async def read_frames(
+    bootstrap: str, topic: str, want: int, timeout_s: float = FRAMES_TIMEOUT_S
+) -> list[tuple[bytes | None, dict]]:
+    """(key, decoded JSON) of the first ``want`` records on ``topic``, from the beginning."""
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+    await consumer.start()
+    out: list[tuple[bytes | None, dict]] = []
+    try:
+        deadline = time.monotonic() + timeout_s
+        while len(out) < want and time.monotonic() < deadline:
+            batches = await consumer.getmany(timeout_ms=500)
+            out.extend((r.key, json.loads(r.value)) for rs in batches.values() for r in rs)
+    finally:
+        await consumer.stop()
+    return out
+
+
+async def test_samples_become_frames_on_the_frames_topic(
+    kafka_bootstrap: str, start_ingest: IngestFactory
+) -> None:
+    """Two scrapes 30 s apart: gauges as sent, the counter as a per-second rate, per node."""
+    client, settings = await start_ingest(settings_for(kafka_bootstrap))
+    await wait_ready(client)
+    b0 = recent_bucket_start()
+    t1, t2 = b0 + 5_000, b0 + 5_000 + 30_000
+    first = node_series("train-a", "gpu-01:9100", t1, 1_000_000, 10) + node_series(
+        "train-a", "gpu-02:9100", t1, 2_000_000, 7
+    )
+    second = node_series("train-a", "gpu-01:9100", t2, 1_600_000, 12) + node_series(
+        "train-a", "gpu-02:9100", t2, 2_300_000, 9
+    )
+    assert (await post(client, encode_write_request(first)))[0] == 204
+    assert (await post(client, encode_write_request(second)))[0] == 204
+
+    records = await read_frames(kafka_bootstrap, settings.topic_frames, want=4)
+
+    frames = {(f["node"], f["ts"]): f for _, f in records}
+    assert {key for key, _ in records} == {b"train-a"}
+    assert {f["group"] for f in frames.values()} == {"train-a"}
+    assert {node: frames[(node, b0)]["values"] for node in ("gpu-01", "gpu-02")} == {
+        "gpu-01": {"procs_running": 10.0},  # a counter's first sample gives no rate yet
+        "gpu-02": {"procs_running": 7.0},
+    }
+    assert {node: frames[(node, b0 + B)]["values"] for node in ("gpu-01", "gpu-02")} == {
+        "gpu-01": {"procs_running": 12.0, "intr_rate": 600_000 / 30},  # 20 000 /s
+        "gpu-02": {"procs_running": 9.0, "intr_rate": 300_000 / 30},  # 10 000 /s
+    }
+    assert len(records) == 4
+    assert not any(f["left"] for f in frames.values())
+
+
+async def test_a_counter_reset_counts_from_zero(
+    kafka_bootstrap: str, start_ingest: IngestFactory
+) -> None:
+    client, settings = await start_ingest(settings_for(kafka_bootstrap))
+    await wait_ready(client)
+    b0 = recent_bucket_start()
+    t1, t2 = b0 + 5_000, b0 + 35_000
+    for ts, intr in ((t1, 5_000_000), (t2, 150_000)):  # the node rebooted in between
+        series = node_series("train-b", "gpu-07:9100", ts, intr, 4)
+        assert (await post(client, encode_write_request(series)))[0] == 204
+
+    records = await read_frames(kafka_bootstrap, settings.topic_frames, want=2)
+
+    rates = {f["ts"]: f["values"].get("intr_rate") for _, f in records}
+    assert rates == {b0: None, b0 + B: 150_000 / 30}
+
+
+# --- Kafka unreachable --------------------------------------------------------------------------
+
+
+async def start_without_kafka(start_ingest: IngestFactory) -> TestClient:
+    """An ingest whose broker address has nothing listening; it must serve all the same."""
+    dead = f"127.0.0.1:{free_port()}"
+    client, _ = await start_ingest(settings_for(dead), start_timeout_s=DEAD_KAFKA_START_S)
+    return client
+
+
+async def test_without_kafka_ready_is_503(start_ingest: IngestFactory) -> None:
+    client = await start_without_kafka(start_ingest)
+    await asyncio.sleep(0.5)  # the producer has tried (and failed) to connect by now
+    async with client.get("/-/ready") as reply:
+        assert reply.status == 503
+
+
+async def test_without_kafka_a_valid_body_gets_503_so_prometheus_retries(
+    start_ingest: IngestFactory,
+) -> None:
+    client = await start_without_kafka(start_ingest)
+    body = encode_write_request(node_series("c1", "gpu-01:9100", recent_bucket_start(), 1e6, 10))
+    status, text = await post(client, body)
+    assert status == 503
+    assert "kafka unreachable" in text
