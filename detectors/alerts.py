@@ -214,9 +214,17 @@ class AlertChange:
     bucket_ts: int
     starts_bucket_ts: int
     evidence_since_ts: int
+    # Recovery action (XID / row-remap alerts), extra identifying labels (e.g.
+    # gpu, xid), and the lead over the XID that followed (precursor alerts).
+    action: str | None = None
+    labels: tuple[tuple[str, str], ...] = ()
+    lead_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "action": self.action,
+            "labels": dict(self.labels),
+            "lead_s": self.lead_s,
             "alertname": self.alertname,
             "node": self.node,
             "group": self.group,
@@ -229,6 +237,25 @@ class AlertChange:
             "starts_bucket_ts": self.starts_bucket_ts,
             "evidence_since_ts": self.evidence_since_ts,
         }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> AlertChange:
+        return cls(
+            alertname=d["alertname"],
+            node=d["node"],
+            group=d["group"],
+            status=d["status"],
+            severity=d["severity"],
+            score=math.nan if d["score"] is None else float(d["score"]),
+            signals=tuple(Signal.from_dict(s) for s in d["signals"]),
+            reason=d["reason"],
+            bucket_ts=int(d["bucket_ts"]),
+            starts_bucket_ts=int(d["starts_bucket_ts"]),
+            evidence_since_ts=int(d["evidence_since_ts"]),
+            action=d.get("action"),
+            labels=tuple(sorted((d.get("labels") or {}).items())),
+            lead_s=d.get("lead_s"),
+        )
 
 
 @dataclass(frozen=True)

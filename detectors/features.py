@@ -36,6 +36,8 @@ class FeatureSpec:
     fraction of the peer median is a *hard* signature (fires at once), provided
     the median is at least ``collapse_min_median``. ``scored`` is False for
     features that are carried in frames but judged elsewhere (XID, row remaps).
+    ``per_gpu`` keeps every GPU's value (frame key ``name@gpu``) instead of
+    reducing them: per-GPU trackers (last XID, remapped rows) need each one.
     """
 
     name: str
@@ -50,6 +52,7 @@ class FeatureSpec:
     collapse_ratio: float | None = None
     collapse_min_median: float = 0.0
     scored: bool = True
+    per_gpu: bool = False
 
     def __post_init__(self) -> None:
         if not self.name or not self.metrics:
@@ -60,6 +63,8 @@ class FeatureSpec:
             raise ValueError(f"{self.name}: rel_floor must be >= 0")
         if self.per is not None and self.kind != "counter":
             raise ValueError(f"{self.name}: a per-request ratio needs counters")
+        if self.per_gpu and self.scored:
+            raise ValueError(f"{self.name}: per-GPU features are not peer-scored (scored=False)")
         if self.collapse_ratio is not None and not 0 < self.collapse_ratio < 1:
             raise ValueError(f"{self.name}: collapse_ratio must be in (0, 1)")
 
@@ -104,10 +109,35 @@ DEFAULT_FEATURES: tuple[FeatureSpec, ...] = (
         match={"operation": "WRITE"}, per="node_mountstats_nfs_operations_requests_total",
         reduce="max", direction="up", abs_floor=0.05, rel_floor=0.05,
     ),
+    # Per-GPU health, judged by detectors.gpu_health (not against peers).
+    # DCGM's XID gauge holds the *last* XID of each GPU: only changes matter.
+    FeatureSpec("xid_last", ("DCGM_FI_DEV_XID_ERRORS",), "gauge", scored=False, per_gpu=True),
     FeatureSpec(
-        "xid_last", ("DCGM_FI_DEV_XID_ERRORS",), "gauge", reduce="max", scored=False,
+        "remap_correctable", ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",), "gauge",
+        scored=False, per_gpu=True,
+    ),
+    FeatureSpec(
+        "remap_uncorrectable", ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",), "gauge",
+        scored=False, per_gpu=True,
+    ),
+    FeatureSpec(
+        "remap_failure", ("DCGM_FI_DEV_ROW_REMAP_FAILURE",), "gauge", scored=False, per_gpu=True
+    ),
+    FeatureSpec(
+        "remap_pending", ("DCGM_FI_DEV_ROW_REMAP_PENDING",), "gauge", scored=False, per_gpu=True
     ),
 )
+
+
+def per_gpu_key(feature: str, gpu: str) -> str:
+    """The frame key of one GPU's value of a per-GPU feature."""
+    return f"{feature}@{gpu}"
+
+
+def split_per_gpu_key(key: str) -> tuple[str, str] | None:
+    """``(feature, gpu)`` for a per-GPU frame key, None for a node feature."""
+    feature, sep, gpu = key.partition("@")
+    return (feature, gpu) if sep else None
 
 
 def select_features(

@@ -41,9 +41,13 @@ and contributes neither soft evidence nor a collapse for any node. The same
 holds for silence: when more than ``cluster_fraction`` of the expected nodes
 sent nothing (an ingest or network outage), that is one group event, not a
 page per node. A single node is never "cluster-wide" (an event needs >= 2).
-Note that a shift shared by most of the group moves the median itself and so
-is invisible to peer z by construction; spotting it needs the group's own
-history (job-level fail-slow detection), not this guard.
+
+A shift shared by most of the group moves the median itself and so is
+invisible to peer z by construction; spotting it needs the group's own history,
+which this stateless module does not keep. The caller that does
+(:mod:`detectors.group`'s group-shift guard) passes those features as ``held``:
+a held feature gives no node evidence at all this bucket — neither present nor
+absent — and no cluster-wide event.
 """
 
 from __future__ import annotations
@@ -272,6 +276,7 @@ def fuse_bucket(
     gpus: Mapping[str, Mapping[str, str]],
     silent: Sequence[str],
     params: FusionParams,
+    held: npt.ArrayLike | None = None,
 ) -> FusedBucket:
     """Fuse one bucket.
 
@@ -281,6 +286,10 @@ def fuse_bucket(
     fits. ``median`` is the per-feature peer median (NaN = no reference).
     ``silent`` lists expected nodes that sent no frame; they get a verdict too.
     ``gpus[node][feature]`` names the GPU behind a feature's value, if any.
+    ``held`` (one bool per feature, default none): features whose node evidence
+    is unknown this bucket because the group as a whole moved. They give no
+    soft evidence, no collapse and no cluster-wide event; a node left with only
+    held features is unscored (unknown, not clear).
     """
     x = np.asarray(values, dtype=np.float64)
     zm = np.asarray(z, dtype=np.float64)
@@ -296,6 +305,14 @@ def fuse_bucket(
     overlap = set(nodes) & set(silent)
     if overlap:
         raise ValueError(f"nodes both reporting and silent: {sorted(overlap)}")
+    if held is None:
+        held_mask = np.zeros(n_feat, dtype=bool)
+    else:
+        held_mask = np.asarray(held, dtype=bool)
+        if held_mask.shape != (n_feat,):
+            raise ValueError(
+                f"held must have one flag per feature ({n_feat}), got {held_mask.shape}"
+            )
 
     names = [f.name for f in features]
     sign = np.array([_SIGN[f.direction] for f in features], dtype=np.float64)
@@ -303,7 +320,8 @@ def fuse_bucket(
     scored = np.array([f.scored for f in features], dtype=bool)
     gate, cf = params.z_evidence, params.cluster_fraction
 
-    usable = np.isfinite(zm) & scored[None, :]
+    judged = np.isfinite(zm) & scored[None, :]  # a z the peers could give
+    usable = judged & ~held_mask[None, :]
     zf = np.where(usable, zm, 0.0)  # unusable cells read 0; the masks keep them out
     present = usable.sum(axis=0)
     up_dev = usable & (zf >= gate)
@@ -324,6 +342,7 @@ def fuse_bucket(
         score = np.zeros(n_nodes)
 
     node_scored = usable.any(axis=1)
+    node_judged = judged.any(axis=1)
     collapse_cols = np.array([f.collapse_ratio is not None for f in features], dtype=bool)
     node_collapse_checked = (usable & collapse_cols[None, :]).any(axis=1)
     contributing = (evidence > 0) | collapsed
@@ -376,6 +395,7 @@ def fuse_bucket(
             collapsed_names = tuple(names[c] for c in np.flatnonzero(collapsed[i]))
         reason = _reason(
             bool(node_scored[i]),
+            bool(node_judged[i]),
             node_score,
             deviating,
             collapsed_names,
@@ -484,6 +504,7 @@ def _group_events(
 
 def _reason(
     scored: bool,
+    judged: bool,
     score: float,
     deviating: bool,
     collapsed: tuple[str, ...],
@@ -492,6 +513,8 @@ def _reason(
     params: FusionParams,
 ) -> str:
     if not scored:
+        if judged:
+            return "every comparable feature is held: the group moved as a whole"
         return "no feature has enough peers to compare against"
     parts = []
     if collapsed:

@@ -10,9 +10,10 @@ The Faust worker and the offline evaluator/backtest both call
         send(result.changes)                     # transitions; re-send result.active
 
 Steps: frames of the expected members → nodes x features matrix (missing =
-NaN) → :func:`detectors.peer.peer_zscores` → :func:`detectors.fusion.fuse_bucket`
-→ one :class:`detectors.alerts.Observation` per (family, node) →
-:func:`detectors.alerts.step_alerts`.
+NaN) → :func:`detectors.peer.peer_zscores` → group-shift guard (peer medians vs
+the group's usual levels, below) → :func:`detectors.fusion.fuse_bucket` with
+the shifted features held → one :class:`detectors.alerts.Observation` per
+(family, node) → :func:`detectors.alerts.step_alerts`.
 
 ``score_bucket`` does not mutate the state it is given; it returns a new
 :class:`GroupState`. Membership is the caller's: frames of nodes outside
@@ -22,6 +23,51 @@ scored is *stale* (a redelivery after a restart): it changes nothing and only
 reports the active alerts, so at-least-once delivery is safe. "Consecutive"
 means consecutive calls: call once per closed bucket, with empty ``frames`` if
 nothing arrived, so silence keeps counting.
+
+Group-shift guard. Peer z cannot see the whole group move: when a job dies
+every node idles together and the median moves with them, so a node that
+collapsed a bucket earlier looks like its peers again and its alert would
+resolve while it is still broken. The group's own recent history can see it.
+Per scored feature, :class:`GroupLevels` keeps the *usual level* of the group
+median: an EWMA (weight ``shift_alpha``) folded in only in *calm* buckets, those
+in which no feature is shifted. A feature is *shifted* when its median departs
+from the usual level by more than ``max(shift_threshold · |level|, abs_floor)``,
+either way; once shifted it stays so until it is back within
+``shift_release`` (hysteresis: a median hovering at the threshold, such as
+``procs_running`` during a restart load, is one shift, not a flicker). While a
+feature is shifted:
+
+* its node evidence is *held*: it gives no node evidence, and an alert that
+  rests on it (one of its signals is that feature) gets ``unknown`` — it
+  neither advances nor counts toward resolution, so the culprit's Collapse
+  stays firing through the job's death and nobody is paged for it;
+* the group gets a ``PeerwatchGroupDegraded`` observation naming the shifted
+  features ("intr_rate median 50.1 K vs usual 301 K (-83 %)"): soft evidence,
+  so a one- or two-bucket checkpoint dip never fires it and a job death does.
+
+Until a feature has folded ``shift_warmup`` consistent buckets into its level
+it is never shifted (a median that jumps during warm-up restarts it). A shift
+that lasts ``shift_adopt_after`` buckets is the new normal: the level adopts
+an EWMA of the shifted medians. The level it left is kept as *home* (through
+later adoptions too, until the median comes back to it), and a median back
+within the threshold of home ends any shift at once. That is what keeps a
+restart quiet: the job dies (idle), ~10 min later it loads its checkpoint for
+25-33 min (GPU util < 50 % on every node), then trains again at the old
+level. The idle and load buckets are one shift (one group alert), adopted
+after ``shift_adopt_after`` buckets; training returns home with no second
+alert. A job restarted at a different level is adopted and is normal from
+then on. Limits: an adopted level is normal, so an alert held on a feature
+resumes its lifecycle after adoption (a culprit still in the group 20 min into
+a job's death resolves if it now looks like its idle peers); a group whose
+history begins during a restart load learns the load level and raises one
+group alert when training starts.
+
+Why an EWMA gated on the whole bucket rather than a ring of recent medians:
+it is one float per feature (plus two counters, and two floats only during or
+after a shift), and gating on "no feature shifted" keeps a dip from leaking
+into any level — the features that stay within the threshold during a
+checkpoint or a restart load (temperature cooling, a slower procs count) would
+otherwise drift toward the abnormal value and flag the return to normal.
 """
 
 from __future__ import annotations
@@ -31,9 +77,10 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import chain, repeat
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from detectors.alerts import (
     GROUP_DEGRADED,
@@ -49,12 +96,37 @@ from detectors.alerts import (
     step_alerts,
 )
 from detectors.features import FeatureSpec
-from detectors.fusion import FusedBucket, FusionParams, GroupEvent, NodeVerdict, fuse_bucket
+from detectors.fusion import (
+    FusedBucket,
+    FusionParams,
+    GroupEvent,
+    NodeVerdict,
+    Signal,
+    fuse_bucket,
+)
 from detectors.peer import peer_zscores
 
-__all__ = ["BucketResult", "GroupState", "ScoringParams", "score_bucket"]
+__all__ = [
+    "BucketResult",
+    "GroupLevels",
+    "GroupShift",
+    "GroupState",
+    "ScoringParams",
+    "score_bucket",
+]
 
-STATE_SCHEMA = 1
+STATE_SCHEMA = 2
+_LEGACY_SCHEMAS = (1,)  # schema 1 had no levels: they start empty and warm up again
+# A median beyond this is no usable level (arithmetic on it could overflow to inf).
+_MAX_LEVEL = 1e300
+
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+ShiftDirection = Literal["up", "down"]
+
+
+def _is_real(x: object) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
 @dataclass(frozen=True)
@@ -68,6 +140,19 @@ class ScoringParams:
     present nodes above which a same-direction deviation (or silence) is a
     group event. ``persistence``/``silent_buckets``/``resolve_after``: see
     :class:`detectors.alerts.AlertParams`.
+
+    Group-shift guard (module docstring): ``shift_threshold`` — relative
+    departure of a group median from its usual level that makes the feature
+    shifted (0.35: a job death takes interrupts -83 %, GPU util -100 %; a restart
+    load interrupts -47 %, procs -36 %, GETATTR time +300 %, while healthy
+    training medians move < 2 % bucket to bucket); the tolerance never goes below
+    the feature's ``abs_floor``. ``shift_release`` — a shifted feature stays
+    shifted until back within this fraction (<= ``shift_threshold``).
+    ``shift_alpha`` — EWMA weight of the usual level and of the shifted medians
+    (0.1: half-life ~7 buckets). ``shift_warmup`` — consistent buckets a level
+    needs before anything counts as shifted. ``shift_adopt_after`` — buckets
+    after which a lasting shift is the new normal (40 = 20 min; >=
+    ``persistence``, or a shift would be adopted before it could ever fire).
     """
 
     min_peers: int = 8
@@ -80,6 +165,11 @@ class ScoringParams:
     persistence: int = 3
     silent_buckets: int = 2
     resolve_after: int = 4
+    shift_threshold: float = 0.35
+    shift_release: float = 0.25
+    shift_alpha: float = 0.1
+    shift_warmup: int = 5
+    shift_adopt_after: int = 40
 
     def __post_init__(self) -> None:
         if isinstance(self.min_peers, bool) or not isinstance(self.min_peers, int):
@@ -90,6 +180,26 @@ class ScoringParams:
             )
         # Building the parts validates their fields.
         _ = self.fusion, self.alerts
+        if not (_is_real(self.shift_threshold) and self.shift_threshold > 0):
+            raise ValueError(
+                f"shift_threshold must be finite and > 0, got {self.shift_threshold!r}"
+            )
+        if not (_is_real(self.shift_release) and 0 < self.shift_release <= self.shift_threshold):
+            raise ValueError(
+                f"shift_release must be in (0, shift_threshold={self.shift_threshold}], "
+                f"got {self.shift_release!r}"
+            )
+        if not (_is_real(self.shift_alpha) and 0 < self.shift_alpha <= 1):
+            raise ValueError(f"shift_alpha must be in (0, 1], got {self.shift_alpha!r}")
+        for name in ("shift_warmup", "shift_adopt_after"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if self.shift_adopt_after < self.persistence:
+            raise ValueError(
+                f"shift_adopt_after ({self.shift_adopt_after}) must be >= persistence "
+                f"({self.persistence}): a shift adopted sooner could never fire"
+            )
 
     @cached_property
     def fusion(self) -> FusionParams:
@@ -112,16 +222,134 @@ class ScoringParams:
 
 
 @dataclass(frozen=True)
+class GroupLevels:
+    """The group's own recent history: per scored feature, the usual level of its median.
+
+    Columnar (one entry per feature that has had a median; the tuples are
+    aligned with ``features``) so the state stays small and fast to rebuild.
+    ``level``: the usual level. ``seen``: consistent calm buckets folded into
+    it, capped at ``shift_warmup`` (below that the feature is warming up and
+    never shifted). ``run``: consecutive buckets the feature has been shifted
+    (0: not shifted). ``candidate``: EWMA of the medians during the current
+    shift, adopted as the level after ``shift_adopt_after`` buckets (None when
+    not shifted). ``home``: the level before the first adoption (None unless a
+    shift was adopted); a median back near it ends a shift at once.
+    """
+
+    features: tuple[str, ...] = ()
+    level: tuple[float, ...] = ()
+    seen: tuple[int, ...] = ()
+    run: tuple[int, ...] = ()
+    candidate: tuple[float | None, ...] = ()
+    home: tuple[float | None, ...] = ()
+
+    def __post_init__(self) -> None:
+        n = len(self.features)
+        columns = (self.level, self.seen, self.run, self.candidate, self.home)
+        if any(len(c) != n for c in columns):
+            raise ValueError("GroupLevels columns must all have one entry per feature")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe (every float is finite; "none" is null)."""
+        return {
+            "features": list(self.features),
+            "level": list(self.level),
+            "seen": list(self.seen),
+            "run": list(self.run),
+            "candidate": list(self.candidate),
+            "home": list(self.home),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> GroupLevels:
+        def level(x: Any) -> float:
+            if not (_is_real(x) and abs(x) <= _MAX_LEVEL):
+                raise ValueError(f"GroupLevels: level {x!r} is not a usable finite number")
+            return float(x)
+
+        def count(x: Any) -> int:
+            if isinstance(x, bool) or not isinstance(x, int) or x < 0:
+                raise ValueError(f"GroupLevels: count {x!r} is not an int >= 0")
+            return x
+
+        features = tuple(str(f) for f in data.get("features", ()))
+        if len(set(features)) != len(features):
+            raise ValueError("GroupLevels: duplicate feature names")
+        return cls(
+            features=features,
+            level=tuple(level(x) for x in data.get("level", ())),
+            seen=tuple(count(x) for x in data.get("seen", ())),
+            run=tuple(count(x) for x in data.get("run", ())),
+            candidate=tuple(None if x is None else level(x) for x in data.get("candidate", ())),
+            home=tuple(None if x is None else level(x) for x in data.get("home", ())),
+        )
+
+
+@dataclass(frozen=True)
+class GroupShift:
+    """A scored feature whose group median left its usual level this bucket (blames no node).
+
+    ``median``: the group median this bucket; ``level``: its usual level
+    before this bucket; ``buckets``: consecutive buckets the feature has been
+    shifted, this one included.
+    """
+
+    feature: str
+    direction: ShiftDirection
+    median: float
+    level: float
+    buckets: int
+
+    @property
+    def change(self) -> float:
+        """Relative change from the usual level (-0.84: 84 % below); ±inf from a level of 0."""
+        if self.level == 0:
+            return math.copysign(math.inf, self.median)
+        return (self.median - self.level) / abs(self.level)
+
+    def describe(self) -> str:
+        text = f"{self.feature} median {_compact(self.median)} vs usual {_compact(self.level)}"
+        if self.level == 0:
+            return f"{text} ({self.direction})"
+        return f"{text} ({self.change * 100:+.0f} %)"
+
+    def as_signal(self) -> Signal:
+        """The shift as an alert signal: value = group median, median = usual level, no z."""
+        return Signal(self.feature, math.nan, self.median, self.level)
+
+    def to_dict(self) -> dict[str, Any]:
+        change = self.change
+        return {
+            "feature": self.feature,
+            "direction": self.direction,
+            "median": self.median,
+            "level": self.level,
+            "change": change if math.isfinite(change) else None,
+            "buckets": self.buckets,
+        }
+
+
+def _compact(x: float) -> str:
+    """3 significant digits with a K/M/G suffix: 301 K, 50.1 K, 7.5, 0.0119."""
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "K")):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g} {suffix}"
+    return f"{x:.3g}"
+
+
+@dataclass(frozen=True)
 class GroupState:
-    """Detector state of one group: the last bucket scored and the pending/firing alerts.
+    """Detector state of one group: last bucket scored, pending/firing alerts, usual levels.
 
     Per-node persistence counters are the ``streak``/``clear_streak`` of the
-    alert states. Treat as immutable. ``to_dict`` is JSON-safe; ``from_dict``
-    rebuilds an equal state.
+    alert states; ``levels`` is the group-shift guard's history. Treat as
+    immutable. ``to_dict`` is JSON-safe; ``from_dict`` rebuilds an equal state
+    and also reads schema 1 (no levels: they warm up again).
     """
 
     last_bucket_ts: int | None = None
     alerts: Mapping[AlertKey, AlertState] = field(default_factory=dict)
+    levels: GroupLevels = field(default_factory=GroupLevels)
 
     def to_dict(self) -> dict[str, Any]:
         ordered = sorted(self.alerts.values(), key=lambda a: (a.alertname, a.node or ""))
@@ -129,18 +357,21 @@ class GroupState:
             "schema": STATE_SCHEMA,
             "last_bucket_ts": self.last_bucket_ts,
             "alerts": [a.to_dict() for a in ordered],
+            "levels": self.levels.to_dict(),
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> GroupState:
         schema = data.get("schema")
-        if schema != STATE_SCHEMA:
+        if schema != STATE_SCHEMA and schema not in _LEGACY_SCHEMAS:
             raise ValueError(f"unsupported GroupState schema {schema!r} (expected {STATE_SCHEMA})")
         last = data.get("last_bucket_ts")
         alerts = [AlertState.from_dict(a) for a in data.get("alerts", ())]
+        levels = data.get("levels") if schema == STATE_SCHEMA else None
         return cls(
             last_bucket_ts=None if last is None else int(last),
             alerts={a.key: a for a in alerts},
+            levels=GroupLevels() if levels is None else GroupLevels.from_dict(levels),
         )
 
 
@@ -150,10 +381,12 @@ class BucketResult:
 
     ``verdicts``: one per expected node (silent ones included). ``changes``:
     alert transitions to send now. ``active``: every firing alert after this
-    bucket (re-send while firing). ``group_events``: features that moved as a
-    group this bucket. ``ignored``: nodes that sent frames but are not expected.
-    ``stale``: the bucket was not newer than the last one scored and changed
-    nothing.
+    bucket (re-send while firing). ``group_events``: features on which a large
+    share of the nodes deviated from the median together this bucket.
+    ``group_shifts``: features whose group median left its usual level (their
+    node evidence was held), in catalog order. ``ignored``: nodes that sent
+    frames but are not expected. ``stale``: the bucket was not newer than the
+    last one scored and changed nothing.
     """
 
     group: str
@@ -162,6 +395,7 @@ class BucketResult:
     changes: tuple[AlertChange, ...]
     active: tuple[AlertChange, ...]
     group_events: tuple[GroupEvent, ...]
+    group_shifts: tuple[GroupShift, ...] = ()
     ignored: tuple[str, ...] = ()
     stale: bool = False
 
@@ -201,12 +435,14 @@ def score_bucket(
     silent = [n for n in members if not frames.get(n)]
 
     values = _matrix(frames, reporting, names)
+    abs_floor = np.array([f.abs_floor for f in specs], dtype=np.float64)
     stats = peer_zscores(
         values,
-        np.array([f.abs_floor for f in specs], dtype=np.float64),
+        abs_floor,
         np.array([f.rel_floor for f in specs], dtype=np.float64),
         params.min_peers,
     )
+    levels, shifts, held = _track_levels(state.levels, names, abs_floor, stats.median, params)
     fused = fuse_bucket(
         nodes=reporting,
         values=values,
@@ -216,16 +452,17 @@ def score_bucket(
         gpus=gpus,
         silent=silent,
         params=params.fusion,
+        held=held,
     )
     step = step_alerts(
         state.alerts,
-        _observations(fused, members, params.max_signals),
+        _observations(fused, shifts, state.alerts, members, params.max_signals),
         group=group,
         bucket_ts=bucket_ts,
         params=params.alerts,
         members=member_set,
     )
-    new_state = GroupState(last_bucket_ts=bucket_ts, alerts=step.alerts)
+    new_state = GroupState(last_bucket_ts=bucket_ts, alerts=step.alerts, levels=levels)
     verdicts = {n: fused.verdicts[n] for n in members}
     return new_state, BucketResult(
         group=group,
@@ -234,8 +471,118 @@ def score_bucket(
         changes=step.changes,
         active=step.active,
         group_events=fused.group_events,
+        group_shifts=shifts,
         ignored=ignored,
     )
+
+
+def _track_levels(
+    prev: GroupLevels,
+    names: Sequence[str],
+    abs_floor: FloatArray,
+    median: FloatArray,
+    params: ScoringParams,
+) -> tuple[GroupLevels, tuple[GroupShift, ...], BoolArray]:
+    """One bucket of the group-shift guard: (new levels, the shifts, held flag per feature).
+
+    Vectorised over features; a feature without a usable median this bucket
+    (too few peers) is left exactly as it was.
+    """
+    level, seen, run, candidate, home = _level_columns(prev, names)
+    thr, alpha = params.shift_threshold, params.shift_alpha
+    m = np.asarray(median, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        ok = np.isfinite(m) & (np.abs(m) <= _MAX_LEVEL)
+    m = np.where(ok, m, 0.0)
+    dist = np.abs(m - level)
+    enter = np.maximum(thr * np.abs(level), abs_floor)
+    stay = np.maximum(params.shift_release * np.abs(level), abs_floor)
+    has_home = np.isfinite(home)
+    home_v = np.where(has_home, home, 0.0)
+
+    warm = seen >= params.shift_warmup
+    fresh = ok & (seen == 0)
+    restart = ok & ~warm & ~fresh & (dist > enter)  # warm-up on an inconsistent level
+    away = ok & warm & (dist > np.where(run > 0, stay, enter))
+    back_home = (
+        away & has_home & (np.abs(m - home_v) <= np.maximum(thr * np.abs(home_v), abs_floor))
+    )
+    shifted = away & ~back_home
+    before = level  # what the shifts are reported against
+
+    reset = fresh | restart
+    level = np.where(reset, m, np.where(back_home, home_v, level))
+    seen = np.where(reset, 1, seen)
+    home = np.where(reset | back_home, np.nan, home)
+    run = np.where(shifted, run + 1, np.where(ok, 0, run))
+    with np.errstate(invalid="ignore"):
+        candidate = np.where(
+            shifted,
+            np.where(run == 1, m, candidate + alpha * (m - candidate)),
+            np.where(ok, np.nan, candidate),
+        )
+    shifts = tuple(
+        GroupShift(
+            feature=names[j],
+            direction="up" if m[j] > before[j] else "down",
+            median=float(m[j]),
+            level=float(before[j]),
+            buckets=int(run[j]),
+        )
+        for j in np.flatnonzero(shifted).tolist()
+    )
+
+    adopt = shifted & (run >= params.shift_adopt_after)
+    if adopt.any():
+        home = np.where(adopt & ~np.isfinite(home), level, home)  # keep the first home
+        level = np.where(adopt, candidate, level)
+        run = np.where(adopt, 0, run)
+        candidate = np.where(adopt, np.nan, candidate)
+    if not shifted.any():  # a calm bucket: fold it into the levels
+        fold = ok & ~reset
+        level = np.where(fold, level + alpha * (m - level), level)
+        seen = np.where(fold, np.minimum(seen + 1, params.shift_warmup), seen)
+
+    kept = np.flatnonzero(seen > 0).tolist()
+    new = GroupLevels(
+        features=tuple(names[j] for j in kept),
+        level=tuple(level[kept].tolist()),
+        seen=tuple(seen[kept].tolist()),
+        run=tuple(run[kept].tolist()),
+        candidate=_optional(candidate[kept]),
+        home=_optional(home[kept]),
+    )
+    return new, shifts, shifted
+
+
+def _level_columns(
+    prev: GroupLevels, names: Sequence[str]
+) -> tuple[FloatArray, npt.NDArray[np.int64], npt.NDArray[np.int64], FloatArray, FloatArray]:
+    """The stored columns aligned with ``names``: (level, seen, run, candidate, home).
+
+    A feature not stored yet has seen = 0; a None candidate or home becomes NaN.
+    """
+    level = np.array(prev.level, dtype=np.float64)
+    seen = np.array(prev.seen, dtype=np.int64)
+    run = np.array(prev.run, dtype=np.int64)
+    candidate = np.array(prev.candidate, dtype=np.float64)  # None → NaN
+    home = np.array(prev.home, dtype=np.float64)
+    if prev.features == tuple(names):  # the usual case: the catalog of the last bucket
+        return level, seen, run, candidate, home
+    index = {f: i for i, f in enumerate(prev.features)}
+    rows = np.array([index.get(name, -1) for name in names], dtype=np.int64)
+    have = rows >= 0
+    picked = rows[have]
+    n = len(names)
+    new_level, new_seen, new_run = np.zeros(n), np.zeros(n, np.int64), np.zeros(n, np.int64)
+    new_candidate, new_home = np.full(n, np.nan), np.full(n, np.nan)
+    new_level[have], new_seen[have], new_run[have] = level[picked], seen[picked], run[picked]
+    new_candidate[have], new_home[have] = candidate[picked], home[picked]
+    return new_level, new_seen, new_run, new_candidate, new_home
+
+
+def _optional(values: FloatArray) -> tuple[float | None, ...]:
+    return tuple(None if math.isnan(v) else v for v in values.tolist())
 
 
 def _matrix(
@@ -253,10 +600,24 @@ def _matrix(
 
 
 def _observations(
-    fused: FusedBucket, members: Sequence[str], max_signals: int
+    fused: FusedBucket,
+    shifts: Sequence[GroupShift],
+    alerts: Mapping[AlertKey, AlertState],
+    members: Sequence[str],
+    max_signals: int,
 ) -> dict[AlertKey, Observation]:
     unknown = Observation("unknown")
     absent = Observation("absent")
+    held = {s.feature for s in shifts}
+
+    def clear(key: AlertKey) -> Observation:
+        # No evidence on the features still judged. An alert that rests on a held
+        # feature cannot be cleared by that: its evidence is unknown this bucket.
+        prev = alerts.get(key)
+        if held and prev is not None and any(s.feature in held for s in prev.signals):
+            return unknown
+        return absent
+
     obs: dict[AlertKey, Observation] = {}
     for node in members:
         v = fused.verdicts[node]
@@ -276,24 +637,33 @@ def _observations(
                 "present", v.collapse_strength, v.signals, v.reason
             )
         else:
-            obs[(NODE_COLLAPSE, node)] = absent
+            obs[(NODE_COLLAPSE, node)] = clear((NODE_COLLAPSE, node))
         if not v.scored:
             obs[(NODE_DEVIATION, node)] = unknown
         elif v.deviating:
             obs[(NODE_DEVIATION, node)] = Observation("present", v.score, v.signals, v.reason)
         else:
-            obs[(NODE_DEVIATION, node)] = absent
-    events = fused.group_events
-    if events:
-        widest = sorted(events, key=lambda e: -e.fraction)[:max_signals]
-        obs[(GROUP_DEGRADED, None)] = Observation(
-            "present",
-            widest[0].fraction,
-            tuple(e.as_signal() for e in widest),
-            "group-level: " + "; ".join(e.describe() for e in events),
-        )
-    elif fused.any_reference:
-        obs[(GROUP_DEGRADED, None)] = absent
-    else:
-        obs[(GROUP_DEGRADED, None)] = unknown
+            obs[(NODE_DEVIATION, node)] = clear((NODE_DEVIATION, node))
+    obs[(GROUP_DEGRADED, None)] = _group_observation(fused, shifts, max_signals)
     return obs
+
+
+def _group_observation(
+    fused: FusedBucket, shifts: Sequence[GroupShift], max_signals: int
+) -> Observation:
+    """PeerwatchGroupDegraded's evidence: shifted medians first (largest change), then events.
+
+    The score is the share of the group involved: 1 for a shift of the median
+    (at least half the group moved), the deviating fraction for an event.
+    """
+    events = fused.group_events
+    if not (shifts or events):
+        return Observation("absent") if fused.any_reference else Observation("unknown")
+    ranked = sorted(shifts, key=lambda s: -abs(s.change))
+    widest = sorted(events, key=lambda e: -e.fraction)
+    signals = [s.as_signal() for s in ranked] + [e.as_signal() for e in widest]
+    score = max([1.0] * bool(shifts) + [e.fraction for e in events])
+    parts = [s.describe() for s in ranked] + [e.describe() for e in events]
+    return Observation(
+        "present", score, tuple(signals[:max_signals]), "group-level: " + "; ".join(parts)
+    )

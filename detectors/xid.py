@@ -792,7 +792,7 @@ class XidDecision:
     ``action`` is the GPU's current incident action (never lower than an
     earlier event of the same incident); ``catalog_action`` what the catalog
     says for this XID alone. ``escalated``: the action was raised by a repeat
-    rule. ``changed``: this event raised the GPU's action (send it to the
+    rule. ``changed``: this event raised the GPU's action or severity (send it to the
     scheduler); False for events absorbed by an incident already at that
     action or higher, and for IGNORE. ``retry_after_ms``: for RESTART_APP, the
     backoff before the retry. ``incident_ts_ms``: when the incident began.
@@ -922,14 +922,19 @@ class XidEscalator:
         raised = action_rank(action) > action_rank(hist.action)
         if raised:
             hist.action, hist.escalated, hist.cause_xid = action, escalated, event.xid
-        if _SEVERITY_RANK[severity] > _SEVERITY_RANK[hist.severity]:
+        # A more severe XID in the same incident (145 then 79) must reach on-call
+        # even when the action stays: the alert's severity changes.
+        severity_raised = (
+            _SEVERITY_RANK[severity] > _SEVERITY_RANK[hist.severity] and action != "IGNORE"
+        )
+        if severity_raised:
             hist.severity = severity
         if raised and hist.action == "RESTART_APP" and not hist.retry_counted:
             self._step_retry(hist)
         elif action_rank(hist.action) > action_rank("RESTART_APP"):
             hist.retry_streak, hist.last_retry_ms, hist.retry_after_ms = 0, None, None
 
-        if not raised:
+        if not raised and not severity_raised:
             reason = f"{_describe(entry, self.catalog)}; " + (
                 "no action"
                 if hist.action == "IGNORE"
@@ -953,7 +958,7 @@ class XidEscalator:
             ts_ms=ts,
             catalog_action=entry.action,
             incident_ts_ms=hist.incident_start_ms,
-            changed=raised,
+            changed=raised or severity_raised,
             retry_after_ms=hist.retry_after_ms if hist.action == "RESTART_APP" else None,
             substatus=entry.substatus,
             text=entry.text,

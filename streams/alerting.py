@@ -18,6 +18,8 @@ SUMMARIES = {
     "PeerwatchNodeSilent": "{node}: stopped reporting while its peers report",
     "PeerwatchNodeDeviation": "{node}: sustained deviation from its peers",
     "PeerwatchGroupDegraded": "group {group}: peers deviate together (not a node fault)",
+    "PeerwatchXid": "{node}: GPU XID error",
+    "PeerwatchRowRemap": "{node}: GPU row remapping",
 }
 
 
@@ -41,6 +43,7 @@ def alert_labels(change: AlertChange) -> dict[str, str]:
     gpu = next((s.gpu for s in change.signals if getattr(s, "gpu", None)), None)
     if gpu is not None:
         labels["gpu"] = str(gpu)
+    labels.update(change.labels)
     return labels
 
 
@@ -51,6 +54,8 @@ def alert_annotations(change: AlertChange) -> dict[str, str]:
         "description": change.reason,
         "signals": _signal_text(change.signals),
         "score": f"{change.score:.2f}",
+        **({"action": change.action} if change.action else {}),
+        **({"lead_s": f"{change.lead_s:.0f}"} if change.lead_s is not None else {}),
     }
 
 
@@ -84,4 +89,6 @@ def to_record(change: AlertChange) -> AlertRecord:
             for s in change.signals
         ],
         bucket_ts=change.bucket_ts,
+        action=change.action,
+        lead_s=change.lead_s,
     )

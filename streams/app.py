@@ -25,6 +25,7 @@ import httpx
 from detectors.features import DEFAULT_FEATURES, select_features
 from detectors.group import ScoringParams
 from streams.alerting import to_payload, to_record
+from streams.catalog import load_xid_catalog
 from streams.metrics import WorkerMetrics
 from streams.pipeline import Pipeline, Scored
 from streams.records import AlertRecord, Frame
@@ -73,6 +74,7 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
     pipeline = Pipeline(
         features,
         ScoringParams(),
+        load_xid_catalog(settings.xid_profile, settings.xid_overrides),
         bucket_ms=settings.bucket_ms,
         grace_s=settings.grace_s,
         membership_buckets=settings.membership_buckets,
@@ -83,11 +85,11 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
         metrics.deliveries.labels(sink="alertmanager", outcome=outcome).inc(n)
 
     async def publish(scored: Scored) -> None:
-        bucket, result = scored.bucket, scored.result
+        bucket = scored.bucket
         metrics.buckets.labels(group=bucket.group).inc()
         metrics.bucket_nodes.labels(group=bucket.group).set(len(bucket.frames))
         metrics.score_seconds.observe(scored.seconds)
-        for change in result.changes:
+        for change in scored.changes:
             metrics.alerts.labels(alertname=change.alertname, status=change.status).inc()
             log.info(
                 "alert_%s alertname=%s group=%s node=%s bucket=%d score=%.2f reason=%s",
@@ -102,8 +104,8 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
             await alerts_topic.send(key=change.node or change.group, value=to_record(change))
         sink = sink_holder.get("am")
         if sink is not None:
-            sink.submit(to_payload(c) for c in result.changes)
-            sink.keep_firing(to_payload(a) for a in result.active)
+            sink.submit(to_payload(c) for c in scored.changes)
+            sink.keep_firing(to_payload(a) for a in scored.active)
 
     @app.agent(frames_topic)
     async def score_frames(stream: Any) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from detectors.alerts import AlertChange
 from detectors.features import DEFAULT_FEATURES, select_features
 from detectors.group import ScoringParams
+from streams.catalog import load_xid_catalog
 from streams.ingest.frames import FrameBuilder, FrameData
 from streams.ingest.series import Series
 from streams.pipeline import Pipeline, Scored
@@ -41,6 +42,7 @@ def build_pair(settings: Settings) -> tuple[FrameBuilder, Pipeline]:
     pipeline = Pipeline(
         features,
         ScoringParams(),
+        load_xid_catalog(settings.xid_profile, settings.xid_overrides),
         bucket_ms=settings.bucket_ms,
         grace_s=settings.grace_s,
         membership_buckets=settings.membership_buckets,
@@ -81,5 +83,5 @@ def run_offline(rounds: Iterable[tuple[int, list[Series]]], settings: Settings) 
         run.frames += len(frames)
         for item in scored:
             run.buckets += 1
-            run.changes.extend(item.result.changes)
+            run.changes.extend(item.changes)
     return run

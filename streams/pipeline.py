@@ -13,15 +13,25 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from detectors.alerts import AlertChange
 from detectors.features import FeatureSpec
+from detectors.gpu_health import (
+    GpuHealthParams,
+    GpuHealthState,
+    active_gpu_alerts,
+    step_gpu_health,
+)
 from detectors.group import BucketResult, GroupState, ScoringParams, score_bucket
+from detectors.xid import XidCatalog, XidEvent
 from streams.windows import ClosedBucket, GroupWindow
 
 
 @dataclass
 class Scored:
     bucket: ClosedBucket
-    result: BucketResult
+    result: BucketResult  # the peer scoring
+    changes: list[AlertChange]  # every alert transition: peer scoring + per-GPU health
+    active: list[AlertChange]  # every firing alert of the group after this bucket
     seconds: float  # time spent scoring
 
 
@@ -30,6 +40,7 @@ class Pipeline:
         self,
         features: Sequence[FeatureSpec],
         params: ScoringParams,
+        catalog: XidCatalog,
         *,
         bucket_ms: int = 30_000,
         grace_s: float = 20.0,
@@ -37,11 +48,15 @@ class Pipeline:
     ) -> None:
         self.features = tuple(features)
         self.params = params
+        self.catalog = catalog
+        self.gpu_params = GpuHealthParams(bucket_ms=bucket_ms)
         self.bucket_ms = bucket_ms
         self.grace_s = grace_s
         self.membership_buckets = membership_buckets
         self.windows: dict[str, GroupWindow] = {}
         self.states: dict[str, GroupState] = {}
+        self.gpu_states: dict[str, GpuHealthState] = {}
+        self._log_xids: dict[str, list[XidEvent]] = {}
 
     def window(self, group: str) -> GroupWindow:
         win = self.windows.get(group)
@@ -67,6 +82,10 @@ class Pipeline:
         """``node`` left ``group``; its alerts resolve at the next scored bucket."""
         self.window(group).leave(node)
 
+    def add_log_xid(self, group: str, event: XidEvent) -> None:
+        """An XID from a kernel log line; judged with the group's next scored bucket."""
+        self._log_xids.setdefault(group, []).append(event)
+
     def due(self, group: str, now_s: float) -> list[Scored]:
         """Score every bucket of ``group`` that is ready to close."""
         out = []
@@ -84,8 +103,32 @@ class Pipeline:
                 self.params,
             )
             self.states[group] = state
-            out.append(Scored(bucket, result, time.perf_counter() - started))
+            gpu_state = self._gpu_state(group)
+            gpu_changes = step_gpu_health(
+                gpu_state,
+                group,
+                bucket.ts,
+                bucket.frames,
+                self.gpu_params,
+                log_events=self._log_xids.pop(group, ()),
+                symptoms=[*result.active, *result.changes],
+            )
+            out.append(
+                Scored(
+                    bucket,
+                    result,
+                    [*result.changes, *gpu_changes],
+                    [*result.active, *active_gpu_alerts(gpu_state)],
+                    time.perf_counter() - started,
+                )
+            )
         return out
+
+    def _gpu_state(self, group: str) -> GpuHealthState:
+        state = self.gpu_states.get(group)
+        if state is None:
+            state = self.gpu_states[group] = GpuHealthState.new(self.catalog, self.gpu_params)
+        return state
 
     def groups_waiting(self, now_s: float) -> list[str]:
         """Groups with an open bucket past its grace period (a timer should wake them)."""
@@ -93,12 +136,18 @@ class Pipeline:
 
     def snapshot(self, group: str) -> dict[str, Any]:
         state = self.states.get(group)
+        gpu_state = self.gpu_states.get(group)
         return {
             "window": self.window(group).snapshot(),
             "detector": state.to_dict() if state is not None else None,
+            "gpu_health": gpu_state.to_dict() if gpu_state is not None else None,
         }
 
     def restore(self, group: str, snap: Mapping[str, Any]) -> None:
         self.window(group).restore(snap.get("window", {}))
         if snap.get("detector") is not None:
             self.states[group] = GroupState.from_dict(snap["detector"])
+        if snap.get("gpu_health") is not None:
+            self.gpu_states[group] = GpuHealthState.from_dict(
+                snap["gpu_health"], self.catalog, self.gpu_params
+            )

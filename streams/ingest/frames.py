@@ -46,8 +46,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from detectors.features import FeatureSpec
+from detectors.features import FeatureSpec, per_gpu_key
 from streams.ingest.remote_write import is_stale_marker
 from streams.ingest.series import Series
 
@@ -271,6 +272,10 @@ class FrameBuilder:
         # node -> the group its series last carried (None: in no group), to tell
         # "left the job" from "went silent"; bounded by the number of nodes
         self._group_of_node: dict[str, str | None] = {}
+        # id(labels) -> (labels, uses, node, group, series key); holds the dicts so
+        # their ids stay unique while memoised
+        self._label_memo: dict[int, tuple[Any, ...]] = {}
+        self.label_memo_size = 1_000_000
         self._departures: list[FrameData] = []
 
     def _add_use(self, metric: str, use: _Use) -> None:
@@ -323,32 +328,44 @@ class FrameBuilder:
         stats = AddStats()
         unknown = 0
         uses_of = self._uses.get
+        memo = self._label_memo
         for s in series:
             labels = s.labels
-            name = labels.get("__name__", "")
-            uses = uses_of(name)
-            if uses is not None and name in self._matched:
-                uses = tuple(u for u in uses if all(labels.get(k) == v for k, v in u.match))
+            # Decoders and the simulator hand out the same (read-only) label dict
+            # for a series every time: resolve its uses, identity and key once.
+            seen = memo.get(id(labels))
+            if seen is not None and seen[0] is labels:
+                _, uses, node, group, key = seen
+            else:
+                name = labels.get("__name__", "")
+                uses = uses_of(name)
+                if uses is not None and name in self._matched:
+                    uses = tuple(u for u in uses if all(labels.get(k) == v for k, v in u.match))
+                node = self.node_of(labels) if uses else None
+                group = self.group_of(labels) if uses else None
+                key = tuple(sorted(labels.items())) if uses else ()
+                if len(memo) >= self.label_memo_size:
+                    memo.clear()
+                memo[id(labels)] = (labels, uses, node, group, key)
             if not uses:
                 unknown += len(s.samples)
                 continue
-            node = self.node_of(labels)
             if node is None:
                 stats.drop("no_node", len(s.samples))
                 continue
-            group = self.group_of(labels)
             if self._group_of_node.get(node, group) != group and s.samples:
                 self._depart(node, group, s.samples[0][0])
             self._group_of_node[node] = group
             if group is None:
                 stats.drop("no_group", len(s.samples))
                 continue
-            self._add_series(labels, s.samples, uses, (group, node), now_s, stats)
+            self._add_series(key, labels, s.samples, uses, (group, node), now_s, stats)
         stats.drop("unknown_metric", unknown)
         return stats
 
     def _add_series(
         self,
+        key: SeriesKey,
         labels: Mapping[str, str],
         samples: Sequence[tuple[int, float]],
         uses: tuple[_Use, ...],
@@ -356,7 +373,6 @@ class FrameBuilder:
         now_s: float | None,
         stats: AddStats,
     ) -> None:
-        key: SeriesKey = tuple(sorted(labels.items()))
         pair_key: SeriesKey | None = None
         gpu = labels.get("gpu")
         state = self._series.get(key)
@@ -518,6 +534,11 @@ class FrameBuilder:
                 ]
                 if not items:
                     continue
+            if spec.per_gpu:
+                for v, g in items:
+                    if g is not None and math.isfinite(v):
+                        values[per_gpu_key(spec.name, g)] = v
+                continue
             value, gpu = _reduce(spec.reduce, items)
             if math.isfinite(value):
                 values[spec.name] = value

@@ -37,6 +37,7 @@ def fuse(
     silent=(),
     gpus=None,
     params=PARAMS,
+    held=None,
 ):
     z = np.asarray(z, dtype=float)
     nodes = [f"node-{i:02d}" for i in range(z.shape[0])]
@@ -51,6 +52,7 @@ def fuse(
         gpus=gpus or {},
         silent=list(silent),
         params=params,
+        held=held,
     )
 
 
@@ -244,6 +246,37 @@ def test_group_down_event_also_suppresses_collapse() -> None:
     fused = fuse([INTR], z, values, [300_000.0])
     assert all(v.collapsed == () for v in fused.verdicts.values())
     assert fused.group_events[0].feature == "intr_rate"
+
+
+def test_held_feature_gives_no_evidence_collapse_or_group_event() -> None:
+    """A held feature (the group shifted on it) is judged for nobody; the others still are."""
+    z = np.zeros((N, 3))
+    z[0, 0] = -20.0  # node-00's interrupts far below the (moved) median
+    z[:25, 1] = -9.0  # a shared dip on a held feature: no group event either
+    z[1, 2] = 9.0  # node-01's own NFS latency, not held
+    values = np.full((N, 3), 300_000.0)
+    values[0, 0] = 10_000.0
+    features = [INTR, spec("gpu_util", "down"), spec("nfs_rtt", "up")]
+    fused = fuse(features, z, values, [300_000.0, 0.0, 0.0], held=[True, True, False])
+    v0, v1 = fused.verdicts["node-00"], fused.verdicts["node-01"]
+    assert v0.collapsed == () and not v0.collapse_checked and v0.score == 0.0
+    assert v0.scored and v0.status == "ok"  # still judged on nfs_rtt
+    assert v1.score == 9.0 and [s.feature for s in v1.signals] == ["nfs_rtt"]
+    assert fused.group_events == ()
+
+
+def test_node_with_only_held_features_is_unscored_and_says_why() -> None:
+    """Every comparable feature held: unscored (unknown, not clear), and the reason says so."""
+    fused = fuse([spec("a"), spec("b")], np.zeros((N, 2)), held=[True, True])
+    v = fused.verdicts["node-00"]
+    assert v.status == "unscored" and not v.scored
+    assert v.reason == "every comparable feature is held: the group moved as a whole"
+    assert not fused.any_reference
+
+
+def test_held_needs_one_flag_per_feature() -> None:
+    with pytest.raises(ValueError, match="held"):
+        fuse([spec("a"), spec("b")], np.zeros((N, 2)), held=[True])
 
 
 @pytest.mark.parametrize(

@@ -102,17 +102,21 @@ def test_interrupt_collapse_fires_for_that_node_in_that_bucket_only() -> None:
     assert all(v.status == "ok" for n, v in results[5].verdicts.items() if n != "node-17")
 
 
-def test_job_death_after_collapse_gives_no_new_alerts_and_keeps_the_culprit_firing() -> None:
-    """All 60 go idle the bucket after: no alert for the 59, node-17 stays firing (hysteresis)."""
+def test_job_death_after_collapse_keeps_the_culprit_firing_and_pages_the_group() -> None:
+    """All 60 go idle the bucket after: node-17 stays firing, the group (not the 59) is paged."""
     _, results = run(scenario())
     assert results[6].changes == ()
     assert [(a.alertname, a.node) for a in results[6].active] == [(NODE_COLLAPSE, "node-17")]
     assert results[6].active[0].starts_bucket_ts == 5 * BUCKET
-    # evidence gone in buckets 6, 7, 8, 9 → resolved after resolve_after = 4 of them
+    # the idle buckets 6, 7, 8 are a group shift: held for node-17, soft evidence for the group
     assert transitions(results) == [
         (5, NODE_COLLAPSE, "node-17", "firing"),
-        (9, NODE_COLLAPSE, "node-17", "resolved"),
+        (8, GROUP_DEGRADED, None, "firing"),
     ]
+    assert {(a.alertname, a.node) for a in results[-1].active} == {
+        (NODE_COLLAPSE, "node-17"),
+        (GROUP_DEGRADED, None),
+    }
 
 
 def test_healthy_noise_raises_nothing() -> None:

@@ -1,0 +1,281 @@
+"""Per-GPU health: XID changes and row-remap trends, judged per GPU, not against peers.
+
+Input: one bucket's frames with per-GPU keys (``xid_last@3``,
+``remap_correctable@3``, … — see ``detectors.features.per_gpu_key``). Output:
+alert changes for two families, one alert per (node, GPU):
+
+* ``PeerwatchXid`` — a new XID on a GPU (the DCGM gauge changed, or a kernel
+  log line arrived), with the catalog's recovery action, escalated when
+  repeated; fires at once and resolves after ``xid_hold_buckets`` without a
+  new XID on that GPU. When the node already had a symptom alert firing, the
+  XID alert names it and its lead time.
+* ``PeerwatchRowRemap`` — a standing row-remap finding: accelerating creep of
+  correctable rows (warning, days ahead), uncorrectable rows rising, a pending
+  remap or ROW_REMAP_FAILURE (critical); resolves after ``resolve_after``
+  buckets without a finding.
+
+When an alert's identity changes (severity escalates), the old one is resolved
+and the new one fired, since Alertmanager identifies an alert by its labels.
+State is explicit and JSON-safe (``to_dict``/``from_dict``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from detectors.alerts import AlertChange
+from detectors.features import split_per_gpu_key
+from detectors.fusion import Signal
+from detectors.remap import RemapParams, RemapTracker, RemapVerdict
+from detectors.xid import (
+    EscalationParams,
+    XidCatalog,
+    XidDecision,
+    XidEscalator,
+    XidEvent,
+    XidGaugeParams,
+    XidGaugeTracker,
+)
+
+XID_ALERT = "PeerwatchXid"
+REMAP_ALERT = "PeerwatchRowRemap"
+
+_REMAP_FIELDS = ("remap_correctable", "remap_uncorrectable", "remap_failure", "remap_pending")
+
+
+@dataclass(frozen=True)
+class GpuHealthParams:
+    bucket_ms: int = 30_000
+    xid_hold_buckets: int = 60  # an XID alert stays up 30 min unless another XID comes
+    resolve_after: int = 4
+    gauge: XidGaugeParams = field(default_factory=XidGaugeParams)
+    escalation: EscalationParams = field(default_factory=EscalationParams)
+    remap: RemapParams = field(default_factory=RemapParams)
+
+    def __post_init__(self) -> None:
+        if self.xid_hold_buckets < 1 or self.resolve_after < 1 or self.bucket_ms < 1:
+            raise ValueError("bucket_ms, xid_hold_buckets and resolve_after must be >= 1")
+
+
+@dataclass
+class _Firing:
+    change: AlertChange  # the firing change as last sent
+    last_evidence_ts: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"change": self.change.to_dict(), "last": self.last_evidence_ts}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> _Firing:
+        return cls(AlertChange.from_dict(d["change"]), int(d["last"]))
+
+
+@dataclass
+class GpuHealthState:
+    gauge: XidGaugeTracker
+    escalator: XidEscalator
+    remap: dict[str, RemapTracker] = field(default_factory=dict)  # "node/gpu"
+    firing: dict[str, _Firing] = field(default_factory=dict)  # "alertname/node/gpu"
+
+    @classmethod
+    def new(cls, catalog: XidCatalog, params: GpuHealthParams) -> GpuHealthState:
+        return cls(XidGaugeTracker(params.gauge), XidEscalator(catalog, params.escalation))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "gauge": self.gauge.to_dict(),
+            "escalator": self.escalator.to_dict(),
+            "remap": {k: t.to_dict() for k, t in self.remap.items()},
+            "firing": {k: f.to_dict() for k, f in self.firing.items()},
+        }
+
+    @classmethod
+    def from_dict(
+        cls, d: Mapping[str, Any], catalog: XidCatalog, params: GpuHealthParams
+    ) -> GpuHealthState:
+        return cls(
+            XidGaugeTracker.from_dict(d["gauge"], params.gauge),
+            XidEscalator.from_dict(d["escalator"], catalog, params.escalation),
+            {k: RemapTracker.from_dict(v, params.remap) for k, v in d.get("remap", {}).items()},
+            {k: _Firing.from_dict(v) for k, v in d.get("firing", {}).items()},
+        )
+
+
+def per_gpu_values(values: Mapping[str, float]) -> dict[str, dict[str, float]]:
+    """``{gpu: {feature: value}}`` from a frame's per-GPU keys."""
+    out: dict[str, dict[str, float]] = {}
+    for key, value in values.items():
+        split = split_per_gpu_key(key)
+        if split is not None:
+            out.setdefault(split[1], {})[split[0]] = value
+    return out
+
+
+def step_gpu_health(
+    state: GpuHealthState,
+    group: str,
+    bucket_ts: int,
+    frames: Mapping[str, Mapping[str, float]],
+    params: GpuHealthParams,
+    *,
+    log_events: Iterable[XidEvent] = (),
+    symptoms: Iterable[AlertChange] = (),
+) -> list[AlertChange]:
+    """Advance every GPU of the group by one bucket; return the alert transitions.
+
+    ``log_events``: XIDs from kernel log lines for this bucket (node and gpu set).
+    ``symptoms``: the group's firing symptom alerts, to link an XID to its precursor.
+    """
+    changes: list[AlertChange] = []
+    seen: set[str] = set()
+    events: list[XidEvent] = list(log_events)
+    for node in sorted(frames):
+        for gpu, vals in sorted(per_gpu_values(frames[node]).items()):
+            xid = vals.get("xid_last")
+            if xid is not None:
+                event = state.gauge.observe(node, gpu, bucket_ts, xid)
+                if event is not None:
+                    events.append(event)
+            if any(f in vals for f in _REMAP_FIELDS):
+                key = f"{node}/{gpu}"
+                tracker = state.remap.get(key)
+                if tracker is None:
+                    tracker = state.remap[key] = RemapTracker(params.remap)
+                verdict = tracker.observe(bucket_ts, *(vals.get(f) for f in _REMAP_FIELDS))
+                if verdict is not None:
+                    change = _remap_change(verdict, group, node, gpu, bucket_ts)
+                    changes.extend(_fire(state, change, bucket_ts))
+                    seen.add(_key(change))
+    precursors = _earliest_symptom_per_node(symptoms)
+    for event in sorted(events, key=lambda e: (e.ts_ms or bucket_ts, e.node or "", e.gpu or "")):
+        decision = state.escalator.decide(event)
+        if decision.action == "IGNORE" or not decision.changed:
+            continue
+        change = _xid_change(decision, group, bucket_ts, precursors.get(decision.node))
+        changes.extend(_fire(state, change, bucket_ts))
+        seen.add(_key(change))
+    changes.extend(_expire(state, bucket_ts, seen, params))
+    return changes
+
+
+def active_gpu_alerts(state: GpuHealthState) -> list[AlertChange]:
+    return [f.change for f in state.firing.values()]
+
+
+# --- alert bookkeeping --------------------------------------------------------------------------
+
+
+def _key(change: AlertChange) -> str:
+    return f"{change.alertname}/{change.node}/{dict(change.labels).get('gpu', '')}"
+
+
+def _fire(state: GpuHealthState, change: AlertChange, bucket_ts: int) -> list[AlertChange]:
+    key = _key(change)
+    current = state.firing.get(key)
+    out: list[AlertChange] = []
+    if current is not None:
+        same_identity = current.change.severity == change.severity
+        if same_identity and current.change.reason == change.reason:
+            current.last_evidence_ts = bucket_ts
+            return []
+        if same_identity:  # new detail (e.g. an escalated action): re-send, keep its start
+            change = replace(change, starts_bucket_ts=current.change.starts_bucket_ts)
+        else:  # labels change: Alertmanager needs the old one resolved
+            out.append(replace(current.change, status="resolved", bucket_ts=bucket_ts))
+    state.firing[key] = _Firing(change, bucket_ts)
+    out.append(change)
+    return out
+
+
+def _expire(
+    state: GpuHealthState, bucket_ts: int, seen: set[str], params: GpuHealthParams
+) -> list[AlertChange]:
+    out = []
+    for key, firing in list(state.firing.items()):
+        if key in seen:
+            continue
+        hold = params.xid_hold_buckets if firing.change.alertname == XID_ALERT else (
+            params.resolve_after
+        )
+        buckets_since = (bucket_ts - firing.last_evidence_ts) // params.bucket_ms
+        if buckets_since >= hold:
+            del state.firing[key]
+            out.append(
+                replace(
+                    firing.change, status="resolved", bucket_ts=bucket_ts,
+                    reason=f"no new evidence for {buckets_since} buckets; was: "
+                    f"{firing.change.reason}",
+                )
+            )
+    return out
+
+
+# --- building the alerts ----------------------------------------------------------------------
+
+
+def _earliest_symptom_per_node(symptoms: Iterable[AlertChange]) -> dict[str, AlertChange]:
+    out: dict[str, AlertChange] = {}
+    for alert in symptoms:
+        if alert.node is None or alert.alertname in (XID_ALERT, REMAP_ALERT):
+            continue
+        best = out.get(alert.node)
+        if best is None or alert.evidence_since_ts < best.evidence_since_ts:
+            out[alert.node] = alert
+    return out
+
+
+def _xid_change(
+    decision: XidDecision, group: str, bucket_ts: int, precursor: AlertChange | None
+) -> AlertChange:
+    event_ts = decision.ts_ms if decision.ts_ms is not None else bucket_ts
+    reason = f"XID {decision.xid} ({decision.name}) on GPU {decision.gpu}: {decision.reason}"
+    lead_s = None
+    if precursor is not None:
+        lead_s = max(0.0, (event_ts - precursor.evidence_since_ts) / 1000.0)
+        reason += (
+            f"; precursor {precursor.alertname} since bucket {precursor.evidence_since_ts}"
+            f" ({lead_s:.0f} s before the XID)"
+        )
+    return AlertChange(
+        alertname=XID_ALERT,
+        node=decision.node,
+        group=group,
+        status="firing",
+        severity="critical" if decision.severity == "critical" else "warning",
+        score=float(decision.xid),
+        signals=(Signal("xid", math.nan, float(decision.xid), math.nan, decision.gpu),),
+        reason=reason,
+        bucket_ts=bucket_ts,
+        starts_bucket_ts=bucket_ts,
+        evidence_since_ts=bucket_ts,
+        action=decision.action,
+        labels=(("gpu", str(decision.gpu)),),
+        lead_s=lead_s,
+    )
+
+
+def _remap_change(
+    verdict: RemapVerdict, group: str, node: str, gpu: str, bucket_ts: int
+) -> AlertChange:
+    signals = (
+        Signal("remap_correctable", math.nan, float(verdict.correctable or 0), math.nan, gpu),
+        Signal("remap_uncorrectable", math.nan, float(verdict.uncorrectable or 0), math.nan, gpu),
+    )
+    return AlertChange(
+        alertname=REMAP_ALERT,
+        node=node,
+        group=group,
+        status="firing",
+        severity=verdict.severity,
+        score=float(verdict.recent_slope_per_day or 0.0),
+        signals=signals,
+        reason=f"{verdict.kind}: {verdict.reason}",
+        bucket_ts=bucket_ts,
+        starts_bucket_ts=bucket_ts,
+        evidence_since_ts=bucket_ts,
+        action=verdict.action,
+        labels=(("gpu", gpu),),
+    )

@@ -1,0 +1,761 @@
+"""Row remapping per GPU: the hard flags at once, correctable-row creep by robust trend.
+
+A GPU memory bank has 8 spare rows; the driver remaps a row that shows ECC
+errors onto a spare. dcgm-exporter reports per GPU
+``DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS``, ``DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS``,
+``DCGM_FI_DEV_ROW_REMAP_FAILURE`` and (where exported) the pending flag. The
+source report shows the two faces of the same metric:
+
+* **Critical at once.** Uncorrectable remapped rows rising was followed by XID 94
+  (contained ECC error) immediately; ROW_REMAP_FAILURE (a bank needs a ninth
+  remap, a remapped row failed again, or all 512 spares are used) means the GPU
+  must be replaced; a pending remap takes effect only at the next GPU reset.
+  These are judged on every sample, no trend needed:
+
+  ======================  ==================================  ===============
+  kind                    condition                           action
+  ======================  ==================================  ===============
+  ``failure``             ROW_REMAP_FAILURE set               CONTACT_SUPPORT
+  ``uncorrectable``       uncorrectable count went up         CONTACT_SUPPORT
+  ``pending``             remap pending set                   RESET_GPU
+  ======================  ==================================  ===============
+
+* **Warning days ahead.** One GPU's *correctable* remaps crept for ~7 weeks, then
+  passed 200 rows in one week (254 in all) with no XID, and the GPU fell off the
+  host. NVIDIA calls correctable remaps harmless one by one; the *acceleration*
+  is the signal. ``creep`` is a warning (action CONTACT_SUPPORT: swap the GPU
+  before it drops) when the recent rate is at least ``min_rate_per_day`` and
+
+  - it is ``accel_ratio`` times the older rate (the older rate floored at
+    ``baseline_floor_per_day``, so a quiet history does not make any uptick an
+    infinite ratio), or
+  - at that rate the ``concerning_rows`` count (already passed counts as 0 h) or
+    the ``limit_rows`` hard limit is reached within ``horizon_ms``.
+
+How the trend is measured. Every sample updates the open *step* (1 h by
+default) in O(1); the value of a step is its last valid correctable count.
+When a sample opens a later step, the closed step becomes one point of a
+``window_ms`` series (14 d = 336 points at most, kept run-length encoded since
+a counter is flat most of the time) and the trend runs once:
+
+* rates are Theil–Sen slopes (median of all pairwise slopes, rows/day). A
+  counter of rare, lumpy jumps is a staircase: least squares chases each jump,
+  while the pairwise median needs the rise to be spread over most of the pairs
+  — a single burst of J rows moves a window of D days by about J/D rows/day at
+  most, and up to ~29 % of the points can be arbitrary without moving it off
+  the true line;
+* acceleration compares the Theil–Sen slope of the last ``recent_ms`` (3 d)
+  with that of the rest of the window (11 d before it). A second difference of
+  a staircase is just its jumps (+J, then −J) and needs heavy smoothing before
+  it says anything; two robust slopes are directly readable as rows/day. The
+  recent part is 3 d rather than 7 d because the report's surge lasted one week
+  and a warning is wanted >= 72 h before the end: a pairwise median only follows
+  a change once it covers roughly a third of its span, i.e. ~1 d of a 3-d span
+  but ~2.3 d of a 7-d one;
+* the maths only runs when the recent span is covered (>= ``min_coverage`` of
+  its steps have a point) and, for the O(n²) parts, only when the recent rate
+  already reaches ``min_rate_per_day`` — a healthy GPU (flat counter) costs a
+  flat check per step.
+
+Verdicts are *level* findings: ``observe`` returns the most severe finding that
+stands after the sample (None when healthy), on every sample, so a caller can
+map it to per-bucket alert evidence. Flags stand while set; an uncorrectable
+rise and a creep warning stand for ``hold_ms`` after they were last seen.
+All standing findings are in :attr:`RemapTracker.findings`.
+
+A count that goes *down* means the GPU was replaced (new board, zero counts)
+or the exporter was reset: the series restarts from that value, the creep and
+uncorrectable findings of the old board are dropped, and nothing alerts.
+Missing or non-finite values (NaN, None) are skipped field by field; samples
+older than the last one are ignored.
+
+>>> t = RemapTracker()
+>>> t.observe(0, correctable=3, uncorrectable=0, failure_flag=0, pending=0) is None
+True
+>>> v = t.observe(30_000, correctable=3, uncorrectable=1, failure_flag=0, pending=1)
+>>> (v.severity, v.kind, v.action, v.ts_ms)
+('critical', 'uncorrectable', 'CONTACT_SUPPORT', 30000)
+>>> [f.kind for f in t.findings]
+['uncorrectable', 'pending']
+>>> round(theil_sen_slope([0, 1, 2, 3, 4], [0, 2, 4, 100, 8]), 6)
+2.0
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "DAY_MS",
+    "HOUR_MS",
+    "MAX_WINDOW_STEPS",
+    "RemapParams",
+    "RemapTracker",
+    "RemapTrend",
+    "RemapVerdict",
+    "theil_sen_slope",
+]
+
+FloatArray = npt.NDArray[np.float64]
+Severity = Literal["warning", "critical"]
+Kind = Literal["creep", "uncorrectable", "pending", "failure"]
+Action = Literal["RESET_GPU", "CONTACT_SUPPORT"]
+
+HOUR_MS = 3_600_000
+DAY_MS = 24 * HOUR_MS
+MAX_WINDOW_STEPS = 1024  # bounds the state (a few KB) and the O(n²) slope per step
+STATE_SCHEMA = 1
+
+# Most severe first: a failed bank needs a new board whatever else is true; an
+# uncorrectable rise comes with a pending remap, and the rise is the stronger word.
+_PRIORITY: tuple[Kind, ...] = ("failure", "uncorrectable", "pending", "creep")
+_SEVERITY: Mapping[Kind, Severity] = {
+    "failure": "critical",
+    "uncorrectable": "critical",
+    "pending": "critical",
+    "creep": "warning",
+}
+_ACTION: Mapping[Kind, Action] = {
+    "failure": "CONTACT_SUPPORT",
+    "uncorrectable": "CONTACT_SUPPORT",
+    "pending": "RESET_GPU",
+    "creep": "CONTACT_SUPPORT",
+}
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
+def _finite(value: float) -> bool:
+    return isinstance(value, int | float | np.floating | np.integer) and math.isfinite(value)
+
+
+@dataclass(frozen=True)
+class RemapParams:
+    """Knobs of one GPU's row-remap tracker (times in ms, rates in rows/day).
+
+    ``step_ms``: downsampling step; one series point per step (its last valid
+    count). ``window_ms``: history the trend sees (a multiple of the step, at
+    most :data:`MAX_WINDOW_STEPS` steps). ``recent_ms``: the latest part of the
+    window whose rate is compared with the part before it. ``min_coverage``:
+    share of the recent steps that must have a point before the trend is judged.
+    ``min_rate_per_day``: recent rate below which creep never warns (the
+    report's slow phase was well under 1 row/day). ``accel_ratio``: how many
+    times the older rate the recent one must be to count as accelerating;
+    ``baseline_floor_per_day``: the older rate is taken as at least this.
+    ``horizon_ms``: warn when the concerning count or the limit is projected
+    within it. ``concerning_rows``: a count worth a look (64 = 1/8 of the
+    spares); ``limit_rows``: every spare used (8 per bank, 512 per GPU).
+    ``hold_ms``: how long an uncorrectable rise or a creep warning keeps standing
+    after it was last seen (flags stand exactly while set).
+    """
+
+    step_ms: int = HOUR_MS
+    window_ms: int = 14 * DAY_MS
+    recent_ms: int = 3 * DAY_MS
+    min_coverage: float = 0.5
+    min_rate_per_day: float = 5.0
+    accel_ratio: float = 3.0
+    baseline_floor_per_day: float = 1.0
+    horizon_ms: int = 7 * DAY_MS
+    concerning_rows: int = 64
+    limit_rows: int = 512
+    hold_ms: int = DAY_MS
+
+    def __post_init__(self) -> None:
+        for name in ("step_ms", "window_ms", "recent_ms", "horizon_ms", "hold_ms",
+                     "concerning_rows", "limit_rows"):  # fmt: skip
+            if not _is_int(getattr(self, name)):
+                raise ValueError(f"{name} must be an int, got {getattr(self, name)!r}")
+        if self.step_ms < 1:
+            raise ValueError(f"step_ms must be >= 1, got {self.step_ms}")
+        for name in ("window_ms", "recent_ms"):
+            value = getattr(self, name)
+            if value <= 0 or value % self.step_ms:
+                raise ValueError(
+                    f"{name} must be a positive multiple of step_ms ({self.step_ms}), got {value}"
+                )
+        if self.recent_ms // self.step_ms < 2:
+            raise ValueError(f"recent_ms must span >= 2 steps, got {self.recent_ms}")
+        if self.window_ms // self.step_ms - self.recent_ms // self.step_ms < 2:
+            raise ValueError(
+                f"window_ms ({self.window_ms}) must exceed recent_ms ({self.recent_ms}) "
+                "by >= 2 steps: the older rate needs points of its own"
+            )
+        if self.window_ms // self.step_ms > MAX_WINDOW_STEPS:
+            raise ValueError(
+                f"window_ms / step_ms must be <= {MAX_WINDOW_STEPS} (state size, O(n²) slope), "
+                f"got {self.window_ms // self.step_ms}"
+            )
+        if not (_finite(self.min_coverage) and 0 < self.min_coverage <= 1):
+            raise ValueError(f"min_coverage must be in (0, 1], got {self.min_coverage}")
+        for name in ("min_rate_per_day", "baseline_floor_per_day"):
+            value = getattr(self, name)
+            if not (_finite(value) and value > 0):
+                raise ValueError(f"{name} must be finite and > 0, got {value}")
+        if not (_finite(self.accel_ratio) and self.accel_ratio > 1):
+            raise ValueError(f"accel_ratio must be finite and > 1, got {self.accel_ratio}")
+        if self.horizon_ms < 0 or self.hold_ms < 0:
+            raise ValueError(
+                f"horizon_ms and hold_ms must be >= 0, got {self.horizon_ms}, {self.hold_ms}"
+            )
+        if not 0 < self.concerning_rows < self.limit_rows:
+            raise ValueError(
+                f"need 0 < concerning_rows < limit_rows, got {self.concerning_rows}, "
+                f"{self.limit_rows}"
+            )
+
+    @property
+    def window_steps(self) -> int:
+        return self.window_ms // self.step_ms
+
+    @property
+    def recent_steps(self) -> int:
+        return self.recent_ms // self.step_ms
+
+    @property
+    def min_recent_points(self) -> int:
+        return max(2, math.ceil(self.min_coverage * self.recent_steps))
+
+
+def theil_sen_slope(x: npt.ArrayLike, y: npt.ArrayLike) -> float:
+    """Median of the slopes (y_j - y_i) / (x_j - x_i) over all pairs with x_i != x_j.
+
+    O(n²) in time and memory: meant for a few hundred points. Raises
+    ``ValueError`` on non-finite or mismatched input or fewer than two distinct x.
+    """
+    xs = np.asarray(x, dtype=np.float64)
+    ys = np.asarray(y, dtype=np.float64)
+    if xs.ndim != 1 or xs.shape != ys.shape:
+        raise ValueError(f"x and y must be 1-D of one length, got {xs.shape} and {ys.shape}")
+    if not (np.isfinite(xs).all() and np.isfinite(ys).all()):
+        raise ValueError("x and y must be finite")
+    i, j = np.triu_indices(xs.size, k=1)
+    dx = xs[j] - xs[i]
+    distinct = dx != 0
+    if not distinct.any():
+        raise ValueError("Theil–Sen needs at least two distinct x values")
+    return float(np.median((ys[j] - ys[i])[distinct] / dx[distinct]))
+
+
+def _slope_per_day(steps: FloatArray, values: FloatArray, step_ms: int) -> float:
+    if values[0] == values[-1] and (values == values[0]).all():
+        return 0.0  # the common case (healthy GPU): no pairs to sort
+    return theil_sen_slope(steps * (step_ms / DAY_MS), values)
+
+
+def _hours_to(target: int, value: int, rate_per_day: float) -> float | None:
+    """Hours until ``value`` reaches ``target`` at ``rate_per_day``; 0 if reached, None if never."""
+    if value >= target:
+        return 0.0
+    if rate_per_day <= 0:
+        return None
+    return (target - value) / rate_per_day * 24.0
+
+
+def _fmt_hours(hours: float | None) -> str:
+    if hours is None:
+        return "never at this rate"
+    if hours <= 0:
+        return "already reached"
+    if hours < 48:
+        return f"in ~{hours:.0f} h"
+    return f"in ~{hours / 24:.1f} d"
+
+
+def _fmt_span(ms: int) -> str:
+    return f"{ms / DAY_MS:g} d" if ms % DAY_MS == 0 else f"{ms / HOUR_MS:g} h"
+
+
+@dataclass(frozen=True)
+class RemapTrend:
+    """The correctable-row trend at the last closed step.
+
+    ``correctable``: the count at that step. Rates are Theil–Sen slopes in
+    rows/day over the whole window, the recent part and the part before it
+    (``older_slope_per_day`` None when that part has too few points). Projections
+    use the recent rate (0 = already reached, None = not rising).
+    ``accelerating``/``approaching``: the two warning conditions (see module doc).
+    """
+
+    ts_ms: int
+    correctable: int
+    slope_per_day: float
+    recent_slope_per_day: float
+    older_slope_per_day: float | None
+    projected_hours_to_concerning: float | None
+    projected_hours_to_limit: float | None
+    accelerating: bool
+    approaching: bool
+
+    @property
+    def warns(self) -> bool:
+        return self.accelerating or self.approaching
+
+
+@dataclass(frozen=True)
+class RemapVerdict:
+    """One standing finding about one GPU.
+
+    ``kind``: ``creep`` (warning) or ``uncorrectable`` / ``pending`` / ``failure``
+    (critical). ``action``: RESET_GPU (pending: the remap takes effect at the
+    next reset) or CONTACT_SUPPORT (replace the GPU). Slopes are rows/day of
+    correctable remaps and ``projected_hours_to_limit`` the hours to
+    ``limit_rows`` at the recent rate (None when unknown or not rising).
+    ``correctable``/``uncorrectable``: the counts the finding was made on.
+    ``ts_ms``: the sample that raised or last refreshed the finding (for
+    creep, the sample that closed the step judged).
+    """
+
+    severity: Severity
+    kind: Kind
+    action: Action
+    slope_per_day: float | None
+    recent_slope_per_day: float | None
+    projected_hours_to_limit: float | None
+    reason: str
+    ts_ms: int
+    older_slope_per_day: float | None = None
+    projected_hours_to_concerning: float | None = None
+    correctable: int | None = None
+    uncorrectable: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict."""
+        return {
+            "severity": self.severity,
+            "kind": self.kind,
+            "action": self.action,
+            "slope_per_day": self.slope_per_day,
+            "recent_slope_per_day": self.recent_slope_per_day,
+            "older_slope_per_day": self.older_slope_per_day,
+            "projected_hours_to_limit": self.projected_hours_to_limit,
+            "projected_hours_to_concerning": self.projected_hours_to_concerning,
+            "correctable": self.correctable,
+            "uncorrectable": self.uncorrectable,
+            "reason": self.reason,
+            "ts_ms": self.ts_ms,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RemapVerdict:
+        kind = data["kind"]
+        if kind not in _SEVERITY:
+            raise ValueError(f"unknown remap verdict kind {kind!r}")
+
+        def opt_float(key: str) -> float | None:
+            value = data.get(key)
+            return None if value is None else float(value)
+
+        def opt_int(key: str) -> int | None:
+            value = data.get(key)
+            return None if value is None else int(value)
+
+        return cls(
+            severity=_SEVERITY[kind],
+            kind=kind,
+            action=_ACTION[kind],
+            slope_per_day=opt_float("slope_per_day"),
+            recent_slope_per_day=opt_float("recent_slope_per_day"),
+            projected_hours_to_limit=opt_float("projected_hours_to_limit"),
+            reason=str(data["reason"]),
+            ts_ms=int(data["ts_ms"]),
+            older_slope_per_day=opt_float("older_slope_per_day"),
+            projected_hours_to_concerning=opt_float("projected_hours_to_concerning"),
+            correctable=opt_int("correctable"),
+            uncorrectable=opt_int("uncorrectable"),
+        )
+
+
+@dataclass
+class _Finding:
+    verdict: RemapVerdict
+    until_ms: int | None  # None: stands while its flag is set
+
+
+def _count(value: object) -> int | None:
+    """A remapped-row count, or None when missing / not a finite non-negative number."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    if not math.isfinite(number) or number < 0:
+        return None
+    return round(number)
+
+
+def _flag(value: object) -> bool | None:
+    """A 0/1 flag, or None when missing (None, NaN, not a number)."""
+    if isinstance(value, bool):
+        return value
+    if value is None:
+        return None
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return None if not math.isfinite(number) else number != 0
+
+
+@dataclass
+class _Series:
+    """Downsampled correctable counts: runs of consecutive steps with one value."""
+
+    runs: deque[list[int]] = field(default_factory=deque)  # [first_step, n_steps, value]
+    open_step: int | None = None
+    open_value: int = 0
+
+    def append(self, step: int, value: int) -> None:
+        if self.runs:
+            last = self.runs[-1]
+            if last[0] + last[1] == step and last[2] == value:
+                last[1] += 1
+                return
+        self.runs.append([step, 1, value])
+
+    def evict_before(self, first_kept: int) -> None:
+        while self.runs and self.runs[0][0] + self.runs[0][1] <= first_kept:
+            self.runs.popleft()
+        if self.runs and self.runs[0][0] < first_kept:
+            head = self.runs[0]
+            head[1] -= first_kept - head[0]
+            head[0] = first_kept
+
+    def points(self, first_step: int) -> tuple[FloatArray, FloatArray]:
+        """Steps and values of the points at or after ``first_step``."""
+        steps: list[int] = []
+        values: list[int] = []
+        for start, n, value in self.runs:
+            end = start + n
+            if end <= first_step:
+                continue
+            lo = max(start, first_step)
+            steps.extend(range(lo, end))
+            values.extend([value] * (end - lo))
+        return np.asarray(steps, dtype=np.float64), np.asarray(values, dtype=np.float64)
+
+    def to_list(self) -> list[int]:
+        """Flat delta encoding: start, n, value, then per run (gap, n, value rise)."""
+        flat: list[int] = []
+        prev_end, prev_value = 0, 0
+        for i, (start, n, value) in enumerate(self.runs):
+            if i == 0:
+                flat += [start, n, value]
+            else:
+                flat += [start - prev_end, n, value - prev_value]
+            prev_end, prev_value = start + n, value
+        return flat
+
+    @classmethod
+    def from_list(cls, flat: Sequence[int]) -> _Series:
+        if len(flat) % 3:
+            raise ValueError(f"series runs must come in triples, got {len(flat)} ints")
+        series = cls()
+        prev_end, prev_value = 0, 0
+        for i in range(0, len(flat), 3):
+            a, n, v = (int(x) for x in flat[i : i + 3])
+            start, value = (a, v) if i == 0 else (prev_end + a, prev_value + v)
+            if n < 1 or start < prev_end:
+                raise ValueError("malformed series runs")
+            series.runs.append([start, n, value])
+            prev_end, prev_value = start + n, value
+        return series
+
+
+class RemapTracker:
+    """Row-remap state of one GPU; feed it every sample with :meth:`observe`.
+
+    Cheap per sample (O(1) amortised); the trend runs once per closed step.
+    ``to_dict`` is JSON-safe and small (the series is run-length and delta
+    encoded: tens of bytes for a flat counter, ~2 KB at most for 14 hourly
+    days that all differ); ``from_dict`` rebuilds a tracker that gives the same
+    later verdicts.
+    """
+
+    def __init__(self, params: RemapParams | None = None) -> None:
+        self._params = params if params is not None else RemapParams()
+        self._last_ts: int | None = None
+        self._correctable: int | None = None
+        self._uncorrectable: int | None = None
+        self._series = _Series()
+        self._findings: dict[Kind, _Finding] = {}
+
+    @property
+    def params(self) -> RemapParams:
+        return self._params
+
+    @property
+    def findings(self) -> tuple[RemapVerdict, ...]:
+        """Every standing finding, most severe first."""
+        return tuple(self._findings[k].verdict for k in _PRIORITY if k in self._findings)
+
+    @property
+    def verdict(self) -> RemapVerdict | None:
+        """The most severe standing finding, or None."""
+        for kind in _PRIORITY:
+            if kind in self._findings:
+                return self._findings[kind].verdict
+        return None
+
+    def observe(
+        self,
+        ts_ms: int,
+        correctable: float | None,
+        uncorrectable: float | None,
+        failure_flag: float | bool | None,
+        pending: float | bool | None,
+    ) -> RemapVerdict | None:
+        """Take one sample; return the most severe finding standing after it (None if healthy).
+
+        Any field may be None or NaN (skipped). A sample not newer than the
+        last one changes nothing.
+        """
+        if not _finite(ts_ms) or (self._last_ts is not None and ts_ms <= self._last_ts):
+            return self.verdict
+        ts = int(ts_ms)
+        self._last_ts = ts
+        self._expire(ts)
+        c, u = _count(correctable), _count(uncorrectable)
+        failed, pend = _flag(failure_flag), _flag(pending)
+
+        went_down = (c is not None and self._correctable is not None and c < self._correctable) or (
+            u is not None and self._uncorrectable is not None and u < self._uncorrectable
+        )
+        if went_down:
+            self._restart()
+        if c is not None:
+            self._correctable = c
+        if u is not None:
+            previous = self._uncorrectable
+            self._uncorrectable = u
+            if previous is not None and u > previous:
+                self._raise_uncorrectable(ts, previous, u)
+        if c is not None:
+            self._feed(ts, c)
+        if failed is not None:
+            self._set_flag("failure", failed, ts)
+        if pend is not None:
+            self._set_flag("pending", pend, ts)
+        return self.verdict
+
+    def trend(self) -> RemapTrend | None:
+        """The full trend at the last closed step, or None while the recent span is not covered."""
+        return self._trend(full=True)
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _expire(self, ts: int) -> None:
+        for kind in [k for k, f in self._findings.items() if f.until_ms is not None]:
+            until = self._findings[kind].until_ms
+            if until is not None and ts > until:
+                del self._findings[kind]
+
+    def _restart(self) -> None:
+        """A count went down: a new board (or a reset exporter). Forget the old board's story."""
+        self._series = _Series()
+        self._correctable = None
+        self._uncorrectable = None
+        self._findings.pop("creep", None)
+        self._findings.pop("uncorrectable", None)
+
+    def _feed(self, ts: int, value: int) -> None:
+        series, step = self._series, ts // self._params.step_ms
+        if series.open_step is not None and step > series.open_step:
+            series.append(series.open_step, series.open_value)
+            series.evict_before(series.open_step - self._params.window_steps + 1)
+            self._judge_creep(ts)
+            series.open_step = None
+        if series.open_step is None:
+            series.open_step = step
+        series.open_value = value  # counts only rise within a series: the last is the max
+
+    def _judge_creep(self, ts: int) -> None:
+        trend = self._trend(full=False)
+        if trend is None or not trend.warns:
+            return
+        p = self._params
+        recent_span, older_span = _fmt_span(p.recent_ms), _fmt_span(p.window_ms - p.recent_ms)
+        older = (
+            f"{trend.older_slope_per_day:+.1f} rows/day in the {older_span} before"
+            if trend.older_slope_per_day is not None
+            else "no earlier history to compare"
+        )
+        headline = "accelerating" if trend.accelerating else "fast"
+        reason = (
+            f"row-remap creep {headline}: {trend.correctable} correctable remapped rows, "
+            f"{trend.recent_slope_per_day:+.1f} rows/day over the last {recent_span} vs {older}; "
+            f"at this rate {p.concerning_rows} rows "
+            f"{_fmt_hours(trend.projected_hours_to_concerning)}, the {p.limit_rows}-row limit "
+            f"{_fmt_hours(trend.projected_hours_to_limit)}; plan a GPU swap before it drops "
+            "off the bus (no XID warns first)"
+        )
+        verdict = RemapVerdict(
+            severity="warning",
+            kind="creep",
+            action=_ACTION["creep"],
+            slope_per_day=trend.slope_per_day,
+            recent_slope_per_day=trend.recent_slope_per_day,
+            projected_hours_to_limit=trend.projected_hours_to_limit,
+            reason=reason,
+            ts_ms=ts,
+            older_slope_per_day=trend.older_slope_per_day,
+            projected_hours_to_concerning=trend.projected_hours_to_concerning,
+            correctable=trend.correctable,
+            uncorrectable=self._uncorrectable,
+        )
+        self._findings["creep"] = _Finding(verdict, ts + p.hold_ms)
+
+    def _trend(self, full: bool) -> RemapTrend | None:
+        """Trend over the closed steps; with ``full=False`` stop early when it cannot warn."""
+        p, runs = self._params, self._series.runs
+        if not runs:
+            return None
+        last_step = runs[-1][0] + runs[-1][1] - 1
+        recent_first = last_step - p.recent_steps + 1
+        if runs[0][0] > recent_first:
+            return None  # the recent span is not covered yet
+        steps, values = self._series.points(last_step - p.window_steps + 1)
+        in_recent = steps >= recent_first
+        if int(in_recent.sum()) < p.min_recent_points:
+            return None
+        recent = _slope_per_day(steps[in_recent], values[in_recent], p.step_ms)
+        if not full and recent < p.min_rate_per_day:
+            return None
+        older_steps, older_values = steps[~in_recent], values[~in_recent]
+        older = (
+            _slope_per_day(older_steps, older_values, p.step_ms)
+            if older_steps.size >= p.min_recent_points
+            else None
+        )
+        overall = _slope_per_day(steps, values, p.step_ms)
+        count = int(values[-1])
+        to_concerning = _hours_to(p.concerning_rows, count, recent)
+        to_limit = _hours_to(p.limit_rows, count, recent)
+        horizon_h = p.horizon_ms / HOUR_MS
+        fast_enough = recent >= p.min_rate_per_day
+        baseline = max(older if older is not None else 0.0, p.baseline_floor_per_day)
+        return RemapTrend(
+            ts_ms=last_step * p.step_ms,
+            correctable=count,
+            slope_per_day=overall,
+            recent_slope_per_day=recent,
+            older_slope_per_day=older,
+            projected_hours_to_concerning=to_concerning,
+            projected_hours_to_limit=to_limit,
+            accelerating=fast_enough and recent >= p.accel_ratio * baseline,
+            approaching=fast_enough
+            and any(h is not None and h <= horizon_h for h in (to_concerning, to_limit)),
+        )
+
+    def _critical(self, kind: Kind, ts: int, reason: str) -> RemapVerdict:
+        trend = self._trend(full=True)
+        return RemapVerdict(
+            severity="critical",
+            kind=kind,
+            action=_ACTION[kind],
+            slope_per_day=None if trend is None else trend.slope_per_day,
+            recent_slope_per_day=None if trend is None else trend.recent_slope_per_day,
+            projected_hours_to_limit=None if trend is None else trend.projected_hours_to_limit,
+            reason=reason,
+            ts_ms=ts,
+            older_slope_per_day=None if trend is None else trend.older_slope_per_day,
+            projected_hours_to_concerning=(
+                None if trend is None else trend.projected_hours_to_concerning
+            ),
+            correctable=self._correctable,
+            uncorrectable=self._uncorrectable,
+        )
+
+    def _counts(self) -> str:
+        def show(n: int | None) -> str:
+            return "?" if n is None else str(n)
+
+        return f"correctable {show(self._correctable)}, uncorrectable {show(self._uncorrectable)}"
+
+    def _raise_uncorrectable(self, ts: int, previous: int, now: int) -> None:
+        reason = (
+            f"uncorrectable remapped rows rose {previous} → {now} ({self._counts()}): "
+            "XID 94 (contained ECC error) expected next; replace the GPU"
+        )
+        verdict = self._critical("uncorrectable", ts, reason)
+        self._findings["uncorrectable"] = _Finding(verdict, ts + self._params.hold_ms)
+
+    def _set_flag(self, kind: Kind, is_set: bool, ts: int) -> None:
+        if not is_set:
+            self._findings.pop(kind, None)
+            return
+        if kind in self._findings:
+            return  # standing since the sample that first showed it
+        if kind == "failure":
+            reason = (
+                f"ROW_REMAP_FAILURE set ({self._counts()}): a bank is out of its 8 spare "
+                f"rows, a remapped row failed again, or all {self._params.limit_rows} are "
+                "used; replace the GPU"
+            )
+        else:
+            reason = (
+                f"row remap pending ({self._counts()}): it takes effect at the next GPU "
+                "reset; reset the GPU, then retry the job"
+            )
+        self._findings[kind] = _Finding(self._critical(kind, ts, reason), None)
+
+    # -- state ------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe state (the params are not included: pass them to :meth:`from_dict`)."""
+        series = self._series
+        return {
+            "schema": STATE_SCHEMA,
+            "step_ms": self._params.step_ms,
+            "last_ts": self._last_ts,
+            "correctable": self._correctable,
+            "uncorrectable": self._uncorrectable,
+            "open": None if series.open_step is None else [series.open_step, series.open_value],
+            "runs": series.to_list(),
+            "findings": [
+                {"until_ms": f.until_ms, **f.verdict.to_dict()}
+                for k in _PRIORITY
+                if (f := self._findings.get(k)) is not None
+            ],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], params: RemapParams | None = None) -> RemapTracker:
+        """Rebuild a tracker. A state saved with another ``step_ms`` keeps its counts and
+        findings but restarts the series (its points cannot be re-binned)."""
+        if data.get("schema") != STATE_SCHEMA:
+            raise ValueError(
+                f"unsupported RemapTracker schema {data.get('schema')!r} (expected {STATE_SCHEMA})"
+            )
+        tracker = cls(params)
+
+        def opt_int(key: str) -> int | None:
+            value = data.get(key)
+            return None if value is None else int(value)
+
+        tracker._last_ts = opt_int("last_ts")
+        tracker._correctable = opt_int("correctable")
+        tracker._uncorrectable = opt_int("uncorrectable")
+        if int(data["step_ms"]) == tracker._params.step_ms:
+            tracker._series = _Series.from_list(data.get("runs", ()))
+            open_point = data.get("open")
+            if open_point is not None:
+                tracker._series.open_step = int(open_point[0])
+                tracker._series.open_value = int(open_point[1])
+        for item in data.get("findings", ()):
+            verdict = RemapVerdict.from_dict(item)
+            until = item.get("until_ms")
+            tracker._findings[verdict.kind] = _Finding(
+                verdict, None if until is None else int(until)
+            )
+        return tracker
