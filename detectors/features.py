@@ -109,6 +109,110 @@ DEFAULT_FEATURES: tuple[FeatureSpec, ...] = (
         match={"operation": "WRITE"}, per="node_mountstats_nfs_operations_requests_total",
         reduce="max", direction="up", abs_floor=0.05, rel_floor=0.05,
     ),
+    FeatureSpec(
+        "procs_blocked", ("node_procs_blocked",), "gauge", reduce="sum", direction="up",
+        abs_floor=1.0, rel_floor=0.1,
+    ),
+    FeatureSpec(
+        "ctx_switch_rate", ("node_context_switches_total",), "counter", reduce="sum",
+        direction="both", abs_floor=2_000.0, rel_floor=0.05,
+    ),
+    FeatureSpec(
+        "cpu_idle_cores", ("node_cpu_seconds_total",), "counter", match={"mode": "idle"},
+        reduce="sum", direction="down", abs_floor=0.5, rel_floor=0.05,
+    ),
+    FeatureSpec(
+        "tcp_alloc", ("node_sockstat_TCP_alloc",), "gauge", reduce="sum", direction="both",
+        abs_floor=10.0, rel_floor=0.05,
+    ),
+    FeatureSpec(  # kernel memory: slab growth precedes some driver / filesystem hangs
+        "slab_bytes", ("node_memory_Slab_bytes",), "gauge", reduce="sum", direction="up",
+        abs_floor=64e6, rel_floor=0.05,
+    ),
+    FeatureSpec(
+        "nfs_getattr_queue_s",
+        ("node_mountstats_nfs_operations_queue_time_seconds_total",), "counter",
+        match={"operation": "GETATTR"}, per="node_mountstats_nfs_operations_requests_total",
+        reduce="max", direction="up", abs_floor=5e-4, rel_floor=0.05,
+    ),
+    FeatureSpec(
+        "nfs_read_rtt_s",
+        ("node_mountstats_nfs_operations_response_time_seconds_total",), "counter",
+        match={"operation": "READ"}, per="node_mountstats_nfs_operations_requests_total",
+        reduce="max", direction="up", abs_floor=5e-3, rel_floor=0.05,
+    ),
+    FeatureSpec(
+        "nfs_read_queue_s",
+        ("node_mountstats_nfs_operations_queue_time_seconds_total",), "counter",
+        match={"operation": "READ"}, per="node_mountstats_nfs_operations_requests_total",
+        reduce="max", direction="up", abs_floor=5e-3, rel_floor=0.05,
+    ),
+    FeatureSpec(
+        "nfs_write_rtt_s",
+        ("node_mountstats_nfs_operations_response_time_seconds_total",), "counter",
+        match={"operation": "WRITE"}, per="node_mountstats_nfs_operations_requests_total",
+        reduce="max", direction="up", abs_floor=0.05, rel_floor=0.05,
+    ),
+    FeatureSpec(
+        "gpu_sm_active", ("DCGM_FI_PROF_SM_ACTIVE",), "gauge", reduce="min", direction="both",
+        abs_floor=0.02, rel_floor=0.02,
+    ),
+    FeatureSpec(
+        "gpu_sm_clock_mhz", ("DCGM_FI_DEV_SM_CLOCK", "all_smi_gpu_frequency_mhz"), "gauge",
+        reduce="min", direction="down", abs_floor=15.0, rel_floor=0.01,
+    ),
+    FeatureSpec(
+        "gpu_mem_temp_c", ("DCGM_FI_DEV_MEMORY_TEMP",), "gauge", reduce="max", direction="up",
+        abs_floor=1.5, rel_floor=0.01,
+    ),
+    # Error counters: peers normally sit at 0/s, so the floor is what a handful
+    # of errors in one bucket must beat.
+    FeatureSpec(
+        "pcie_replay_rate", ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER",), "counter", reduce="max",
+        direction="up", abs_floor=0.02, rel_floor=0.1,
+    ),
+    FeatureSpec(
+        "nvlink_bw", ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",), "counter", reduce="min",
+        direction="down", abs_floor=1e6, rel_floor=0.05,
+    ),
+    FeatureSpec(
+        "nvlink_crc_err_rate", ("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",), "counter",
+        reduce="max", direction="up", abs_floor=0.02, rel_floor=0.1,
+    ),
+    FeatureSpec(
+        "nvlink_replay_err_rate", ("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",), "counter",
+        reduce="max", direction="up", abs_floor=0.02, rel_floor=0.1,
+    ),
+    FeatureSpec(
+        "nvlink_recovery_err_rate", ("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",),
+        "counter", reduce="max", direction="up", abs_floor=0.02, rel_floor=0.1,
+    ),
+    FeatureSpec(
+        "ecc_sbe_rate", ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",), "counter", reduce="max",
+        direction="up", abs_floor=0.02, rel_floor=0.1,
+    ),
+    FeatureSpec(
+        "ecc_dbe_rate", ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",), "counter", reduce="max",
+        direction="up", abs_floor=0.005, rel_floor=0.1,
+    ),
+    FeatureSpec(
+        "ib_xmit_wait_rate", ("node_infiniband_port_transmit_wait_total",), "counter",
+        reduce="max", direction="up", abs_floor=1_000.0, rel_floor=0.1,
+    ),
+    FeatureSpec(
+        "ib_tx_bytes_rate", ("node_infiniband_port_data_transmitted_bytes_total",), "counter",
+        reduce="min", direction="down", abs_floor=1e6, rel_floor=0.05,
+    ),
+    # The trainer's own view; equal on every rank of a synchronous job, so it
+    # rarely separates a node from its peers — fail-slow reads it job-wide.
+    FeatureSpec(
+        "iteration_time_s", ("trainer_iteration_time_seconds",), "gauge", reduce="max",
+        direction="up", abs_floor=0.01, rel_floor=0.02,
+    ),
+    FeatureSpec(
+        "tokens_per_s", ("trainer_tokens_per_second",), "gauge", reduce="min",
+        direction="down", abs_floor=100.0, rel_floor=0.02,
+    ),
     # Per-GPU health, judged by detectors.gpu_health (not against peers).
     # DCGM's XID gauge holds the *last* XID of each GPU: only changes matter.
     FeatureSpec("xid_last", ("DCGM_FI_DEV_XID_ERRORS",), "gauge", scored=False, per_gpu=True),

@@ -192,12 +192,12 @@ def test_nfs_ratio_takes_the_worst_mount() -> None:
 
 
 def test_series_that_no_feature_uses_are_unknown_metrics() -> None:
-    """Unknown names, and known names whose labels fail the feature's match (READ, not GETATTR)."""
+    """Unknown names, and known names whose labels fail the feature's match (ACCESS)."""
     b = FrameBuilder(DEFAULT_FEATURES)
     stats = b.add(
         [
-            series("node_cpu_seconds_total", (T0, 1.0), (T0 + S, 2.0)),
-            series(NFS_RTT, (T0, 1.0), operation="READ"),
+            series("node_filefd_allocated", (T0, 1.0), (T0 + S, 2.0)),
+            series(NFS_RTT, (T0, 1.0), operation="ACCESS"),
         ]
     )
     assert stats.accepted == 0
