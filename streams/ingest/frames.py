@@ -373,38 +373,44 @@ class FrameBuilder:
         now_s: float | None,
         stats: AddStats,
     ) -> None:
+        # This runs for every accepted sample: locals instead of attribute lookups.
         pair_key: SeriesKey | None = None
         gpu = labels.get("gpu")
-        state = self._series.get(key)
+        series_state = self._series
+        state = series_state.get(key)
         future_limit = None if now_s is None else int(now_s * 1000) + self.max_future_ms
         bucket_ms = self.bucket_ms
+        isfinite = math.isfinite
         for ts, value in samples:
             if future_limit is not None and ts > future_limit:
                 stats.drop("future")
                 continue
-            if value != value and is_stale_marker(value):
-                # The series ended: its next sample starts afresh (no rate across the gap).
-                if state is None:
-                    state = self._series[key] = [ts, None]
+            if not isfinite(value):
+                if value != value and is_stale_marker(value):
+                    # The series ended: its next sample starts afresh (no rate across the gap).
+                    if state is None:
+                        state = series_state[key] = [ts, None]
+                    else:
+                        state[0], state[1] = max(state[0], ts), None
+                    self._advance(ts)
+                    stats.drop("stale")
                 else:
-                    state[0], state[1] = max(state[0], ts), None
-                self._advance(ts)
-                stats.drop("stale")
-                continue
-            if not math.isfinite(value):
-                stats.drop("non_finite")
+                    stats.drop("non_finite")
                 continue
             if state is not None and ts <= state[0]:
                 stats.drop("duplicate" if ts == state[0] else "out_of_order")
                 continue
             bucket = ts - ts % bucket_ms
-            watermark = self.watermark_ms
-            if watermark is not None and bucket + bucket_ms <= watermark - self.late_horizon_ms:
+            max_ts = self._max_ts
+            if (
+                max_ts is not None
+                and bucket + bucket_ms <= max_ts - self.grace_ms - self.late_horizon_ms
+            ):
                 stats.drop("late")
                 continue
             rate: float | None = None
             if state is None:
-                state = self._series[key] = [ts, value]
+                state = series_state[key] = [ts, value]
             else:
                 previous_ts, previous_value = state
                 if previous_value is not None:
@@ -412,7 +418,8 @@ class FrameBuilder:
                     increase = value - previous_value if value >= previous_value else value
                     rate = increase * 1000.0 / (ts - previous_ts)
                 state[0], state[1] = ts, value
-            self._advance(ts)
+            if max_ts is None or ts > max_ts:
+                self._max_ts = ts
             stats.accepted += 1
 
             partial = self._partial(bucket, frame_key)
