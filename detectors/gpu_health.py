@@ -43,6 +43,14 @@ from detectors.xid import (
 XID_ALERT = "PeerwatchXid"
 REMAP_ALERT = "PeerwatchRowRemap"
 
+# Which part of the machine an XID points at (the ``class`` label on its
+# alert, for routing and for scoring the fault class). Unknown codes claim none.
+XID_CLASSES: dict[int, str] = {
+    **dict.fromkeys((74, 79, 144, 145, 146, 147, 148, 149, 150), "interconnect"),
+    **dict.fromkeys((48, 63, 64, 92, 94, 95, 140), "memory"),
+    **dict.fromkeys((13, 31, 43, 45, 119, 120, 143), "compute"),
+}
+
 _REMAP_FIELDS = ("remap_correctable", "remap_uncorrectable", "remap_failure", "remap_pending")
 
 
@@ -239,6 +247,9 @@ def _xid_change(
             f"; precursor {precursor.alertname} since bucket {precursor.evidence_since_ts}"
             f" ({lead_s:.0f} s before the XID)"
         )
+    labels = {"gpu": str(decision.gpu)}
+    if decision.xid in XID_CLASSES:
+        labels["class"] = XID_CLASSES[decision.xid]
     return AlertChange(
         alertname=XID_ALERT,
         node=decision.node,
@@ -252,7 +263,7 @@ def _xid_change(
         starts_bucket_ts=bucket_ts,
         evidence_since_ts=bucket_ts,
         action=decision.action,
-        labels=(("gpu", str(decision.gpu)),),
+        labels=tuple(sorted(labels.items())),
         lead_s=lead_s,
     )
 
@@ -277,5 +288,5 @@ def _remap_change(
         starts_bucket_ts=bucket_ts,
         evidence_since_ts=bucket_ts,
         action=verdict.action,
-        labels=(("gpu", gpu),),
+        labels=(("class", "memory"), ("gpu", gpu)),
     )

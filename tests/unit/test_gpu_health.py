@@ -48,7 +48,7 @@ def test_a_gauge_change_fires_one_xid_alert_with_the_action(catalog) -> None:  #
     assert [(c.alertname, c.node, c.status, c.action) for c in changes] == [
         (XID_ALERT, "n2", "firing", "CONTACT_SUPPORT")
     ]
-    assert dict(changes[0].labels) == {"gpu": "1"}
+    assert dict(changes[0].labels) == {"gpu": "1", "class": "interconnect"}
     # the gauge keeps holding 79: no new alert
     assert _run(state, _frames({"n2": {"xid_last@1": 79.0}}), 2) == []
 

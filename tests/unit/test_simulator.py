@@ -16,14 +16,23 @@ from hypothesis import strategies as st
 from streams.ingest.remote_write import decode_write_request, is_stale_marker
 from streams.ingest.series import Series
 from streams.sources.simulator import (
+    ALL_FAMILIES,
     DEFAULT_START_MS,
     ClusterConfig,
     ClusterSimulator,
+    CpuContention,
+    EccFault,
+    GpuSlow,
     GroundTruth,
+    LateScrape,
+    NetworkCongestion,
     NodeSilent,
     NvlinkBusFault,
+    PlannedRestart,
     RemoteWriteRejected,
     RemoteWriteUnavailable,
+    RowRemapCreep,
+    UncorrectableRemap,
     generate,
     ground_truth,
     post_remote_write,
@@ -446,6 +455,128 @@ def test_config_rejects_what_cannot_be_simulated(overrides: dict, message: str) 
 def test_fault_specs_reject_impossible_values(make, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         make()
+
+
+def _all_counters_monotonic(config: ClusterConfig, n: int) -> set[tuple[str, int]]:
+    """(host, round) where a counter of any family went below its value at an earlier time.
+
+    Samples are compared in timestamp order: a late scrape delivers older samples after newer
+    ones, which is out of order, not a counter reset.
+    """
+    samples: dict[tuple, list[tuple[int, float, int]]] = {}
+    for k, (_, series) in enumerate(generate(config, S, S + n * I)):
+        for s in series:
+            if s.name.endswith("_total") or s.name == "node_vmstat_pgpgout":
+                ts, value = s.samples[0]
+                if not math.isnan(value):
+                    samples.setdefault(tuple(sorted(s.labels.items())), []).append((ts, value, k))
+    drops = set()
+    for key, points in samples.items():
+        points.sort()
+        host = dict(key)["instance"].split(":")[0]
+        drops |= {(host, k) for (_, v0, _), (_, v1, k) in pairwise(points) if v1 < v0}
+    return drops
+
+
+def test_every_family_keeps_counters_monotonic_through_faults_and_restarts() -> None:
+    faults = (
+        GpuSlow("gpu065", 1, S + 4 * I, S + 9 * I),
+        CpuContention("gpu066", S + 5 * I, duration_s=120),
+        NetworkCongestion("gpu067", S + 6 * I, duration_s=300),
+        EccFault("gpu068", 2, S + 12 * I),
+        NodeSilent("gpu069", S + 3 * I, S + 6 * I, reboot=True),
+        LateScrape("gpu070", S + 8 * I, delay_s=40),
+    )
+    config = ClusterConfig(
+        **SMALL,
+        metric_families=ALL_FAMILIES,
+        faults=faults,
+        checkpoint_interval_s=300,
+        restart_delay_s=60,
+        restart_load_s=120,
+        emit_stale_markers=True,
+    )
+    assert _all_counters_monotonic(config, 40) == {("gpu069", 6)}, "only the reboot resets"
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), gpus=st.integers(1, 8), cpus=st.integers(1, 4))
+def test_any_seed_gives_finite_values_in_every_family(seed: int, gpus: int, cpus: int) -> None:
+    config = ClusterConfig(
+        job_nodes=3,
+        spares=1,
+        gpus_per_node=gpus,
+        cpus_per_node=cpus,
+        ib_devices=2,
+        seed=seed,
+        checkpoint_interval_s=120,
+        metric_families=ALL_FAMILIES,
+    )
+    for _, series in generate(config, S, S + 8 * I):
+        for s in series:
+            value = s.samples[0][1]
+            assert math.isfinite(value) and value >= 0, s
+            if s.name == "DCGM_FI_PROF_SM_ACTIVE":
+                assert value <= 1.0
+
+
+def test_the_trainer_reports_only_while_the_job_trains() -> None:
+    config = ClusterConfig(
+        **SMALL,
+        metric_families={"trainer"},
+        restart_load_s=300.0,
+        faults=(NvlinkBusFault("gpu066", 0, S + 3 * I),),
+    )
+    restart = S + 4 * I + 600_000
+    present = {
+        t: {s.labels["instance"] for s in r if s.name == "trainer_iteration_time_seconds"}
+        for t, r in generate(config, S, restart + 12 * I)
+    }
+    assert len(present[S + 2 * I]) == 8
+    assert "gpu066:9500" not in present[S + 3 * I] and len(present[S + 3 * I]) == 7
+    assert all(not present[t] for t in range(S + 4 * I, restart + 10 * I, I)), "down, loading"
+    assert len(present[restart + 10 * I]) == 8 and "gpu072:9500" in present[restart + 10 * I]
+
+
+def test_job_wide_and_xid_faults_shape_the_plan() -> None:
+    creep = RowRemapCreep("gpu065", 0, S - 60 * 86_400_000, S + 20 * I)
+    config = ClusterConfig(
+        **SMALL,
+        restart_load_s=0.0,
+        restart_delay_s=60.0,
+        faults=(
+            PlannedRestart(S + 5 * I, delay_s=30.0),
+            UncorrectableRemap("gpu067", 1, S + 40 * I),
+            creep,
+        ),
+    )
+    plan = ClusterSimulator(config).plan
+    ends = [e.end_ms for e in plan.epochs]
+    assert ends == [S + 6 * I, S + 21 * I, S + 41 * I, None]
+    assert plan.epochs[1].start_ms == S + 6 * I + 30_000, "the planned restart's own delay"
+    assert "gpu065" not in plan.members_at(S + 24 * I) and "gpu072" in plan.members_at(S + 24 * I)
+    assert "gpu067" in plan.members_at(S + 44 * I), "XID 94 restarts with the node"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"metric_families": {"everything"}}, "metric_families"),
+        ({"cpus_per_node": 0}, "cpus_per_node"),
+        ({"ib_devices": 17}, "ib_devices"),
+        ({"pipeline_stages": 0}, "pipeline_stages"),
+        ({"first_save_s": -1.0}, "first_save_s"),
+    ],
+)
+def test_config_rejects_impossible_families_and_sizes(overrides: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ClusterConfig(**overrides)
+
+
+def test_first_save_s_places_the_first_save() -> None:
+    sim = ClusterSimulator(ClusterConfig(**SMALL, first_save_s=95.0))
+    start, _ = sim.plan.saves(sim.plan.epochs[0], S + 3600_000)[0]
+    assert start == S + 95_000
 
 
 def test_a_round_of_63_nodes_takes_a_few_ms() -> None:

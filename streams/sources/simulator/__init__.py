@@ -5,16 +5,46 @@
 >>> series = sim.scrape(sim.config.start_ms)
 >>> len(series)  # 5 nodes x (14 node_exporter + 4 x 8 dcgm) series
 230
+>>> sim = ClusterSimulator(ClusterConfig(job_nodes=4, spares=1, metric_families=ALL_FAMILIES))
+>>> len(sim.scrape(sim.config.start_ms))  # + CPU, memory, InfiniBand, GPU perf, remaps, trainer
+783
+
+The scenario library (``scenarios``) builds seeded, labelled configs from
+these parts; ``remap_series`` is the fast path for weeks of row-remap creep.
 """
 
 from streams.sources.simulator.calibration import Calibration
-from streams.sources.simulator.cluster import DEFAULT_START_MS, ClusterConfig, ClusterSimulator
+from streams.sources.simulator.cluster import (
+    ALL_FAMILIES,
+    DEFAULT_START_MS,
+    ClusterConfig,
+    ClusterSimulator,
+)
+from streams.sources.simulator.conditions import HotGpu, LateScrape, PlannedRestart, TwoPopulations
+from streams.sources.simulator.failslow import (
+    CompoundCongestionThermal,
+    CpuContention,
+    FabricCongestion,
+    GpuSlow,
+    NetworkCongestion,
+    PowerCap,
+)
 from streams.sources.simulator.faults import (
+    BENIGN_KINDS,
     CLUSTER_EVENT_KINDS,
+    EccFault,
     Fault,
     GroundTruth,
+    JobFault,
+    NodeFault,
     NodeSilent,
     NvlinkBusFault,
+)
+from streams.sources.simulator.remap import (
+    RemapSeries,
+    RowRemapCreep,
+    UncorrectableRemap,
+    remap_series,
 )
 from streams.sources.simulator.run import (
     RemoteWriteFailed,
@@ -32,27 +62,46 @@ from streams.sources.simulator.state import RoundState
 from streams.sources.simulator.timeline import JobEpoch, JobPlan, plan_job
 
 __all__ = [
+    "ALL_FAMILIES",
+    "BENIGN_KINDS",
     "CLUSTER_EVENT_KINDS",
     "DEFAULT_START_MS",
     "Calibration",
     "ClusterConfig",
     "ClusterSimulator",
+    "CompoundCongestionThermal",
+    "CpuContention",
+    "EccFault",
+    "FabricCongestion",
     "Fault",
+    "GpuSlow",
     "GroundTruth",
+    "HotGpu",
     "JobEpoch",
+    "JobFault",
     "JobPlan",
+    "LateScrape",
+    "NetworkCongestion",
+    "NodeFault",
     "NodeSilent",
     "NvlinkBusFault",
+    "PlannedRestart",
+    "PowerCap",
+    "RemapSeries",
     "RemoteWriteFailed",
     "RemoteWriteRejected",
     "RemoteWriteUnavailable",
     "ReplayStats",
     "RoundState",
+    "RowRemapCreep",
+    "TwoPopulations",
+    "UncorrectableRemap",
     "generate",
     "ground_truth",
     "plan_job",
     "post_remote_write",
     "read_ground_truth",
+    "remap_series",
     "replay",
     "write_ground_truth",
 ]

@@ -97,6 +97,71 @@ class Calibration:
     # --- restart load (report: ~200 GB per node into the page cache) --------------------------
     load_bytes_per_node: float = 200e9
 
+    # --- /dev/shm staging (report: 48 nodes stage ~48 GB of checkpoint, 12 nodes ~9 GB) ---------
+    stage_bytes_heavy: float = 48e9
+    stage_bytes_light: float = 9e9
+    shmem_base_bytes: Range = (0.5e9, 2.0e9)  # per node: NCCL, CUDA IPC (assumed)
+    mem_total_bytes: float = 2.0 * 2**40  # 2 TiB host memory (assumed, an HGX B200 host)
+    mem_available_fraction: Range = (0.55, 0.70)  # per node, before staging (page cache etc.)
+    mem_available_noise: float = 0.003
+
+    # --- CPU time, run queue, context switches (assumed: the report gives no figures) -----------
+    # Fractions of all CPU time; idle is what is left. The simulated host has
+    # ``ClusterConfig.cpus_per_node`` CPUs; per-CPU shares scatter by ``cpu_noise``.
+    cpu_user_train: Range = (0.18, 0.30)  # per node: data loaders, NCCL proxies, Python
+    cpu_system_train: float = 0.06
+    cpu_iowait_train: float = 0.004
+    cpu_iowait_save: float = 0.10  # x fraction of the bucket saving (NFS writes)
+    cpu_user_load: float = 0.12
+    cpu_system_load: float = 0.10
+    cpu_iowait_load: float = 0.06
+    cpu_user_idle: float = 0.01
+    cpu_system_idle: float = 0.005
+    cpu_iowait_idle: float = 0.001
+    cpu_noise: float = 0.08  # relative sd per CPU per scrape
+    procs_blocked_train: float = 0.2  # Poisson means of node_procs_blocked (D state)
+    procs_blocked_save: float = 4.0  # x fraction of the bucket saving
+    procs_blocked_load: float = 3.0
+    procs_blocked_idle: float = 0.05
+    load_time_constant_s: float = 60.0  # node_load1 is a 1-min exponential average
+    context_switches_train_per_s: float = 180_000.0
+    context_switches_spread: float = 0.05  # persistent per node (relative sd)
+    context_switches_load_per_s: float = 90_000.0
+    context_switches_idle_per_s: Range = (15_000.0, 25_000.0)
+    context_switches_noise: float = 0.03
+
+    # --- InfiniBand compute fabric, per HCA port (assumed: NDR 400 Gb/s = 50 GB/s per port) ----
+    ib_tx_train_bytes_per_s: float = 18e9  # gradient all-reduce, ~36 % of line rate on average
+    ib_port_spread: float = 0.02  # persistent per port (relative sd)
+    ib_noise: float = 0.04
+    ib_idle_bytes_per_s: float = 2e5  # subnet management, heartbeats
+    ib_load_bytes_per_s: float = 5e7  # checkpoints load over the storage network, not this one
+    ib_xmit_wait_train_per_s: float = 2e6  # PortXmitWait ticks/s of a healthy, busy port
+    ib_xmit_wait_sigma: float = 0.3  # log-normal scatter per port per scrape (bursty)
+    ib_xmit_wait_idle_per_s: float = 1e3
+
+    # --- GPU performance counters (assumed: B200 boost clock 1965 MHz) --------------------------
+    sm_active_train: Range = (0.80, 0.88)  # per GPU; the rest of an iteration is communication
+    sm_active_noise: float = 0.01
+    sm_active_stalled: Range = (0.0, 0.08)  # while a save stalls compute
+    sm_active_load: Range = (0.02, 0.15)
+    sm_clock_train_mhz: Range = (1860.0, 1965.0)  # per GPU: where the power cap settles it
+    sm_clock_noise_mhz: float = 15.0
+    sm_clock_idle_mhz: float = 345.0
+    power_cap_flicker: float = 0.02  # chance per GPU and scrape of the SW power cap bit in training
+    power_wait_drop: float = 0.35  # a GPU waiting in collectives draws less: x (1 - drop x wait)
+    mem_temp_offset_c: Range = (-2.0, 6.0)  # per GPU: HBM above (or below) the GPU die
+    mem_temp_noise_c: float = 0.6
+
+    # --- row remapping (assumed: a few GPUs carry old correctable remaps, flat) -----------------
+    remap_gpu_fraction: float = 0.03
+    remap_old_rows: Range = (1.0, 4.0)
+
+    # --- the trainer's own metrics (assumed: a 480-GPU LLM pre-training job) ------------------
+    iteration_time_s: Range = (5.0, 8.0)  # per job
+    iteration_noise: float = 0.005  # relative sd per scrape, shared by the job
+    tokens_per_iteration: float = 4 * 2**20  # global batch of 1,024 sequences x 4 K tokens
+
     def __post_init__(self) -> None:
         for name in (
             "intr_idle_per_s",
@@ -116,10 +181,31 @@ class Calibration:
             "gpu_temp_idle_c",
             "getattr_per_s",
             "getattr_response_s",
+            "shmem_base_bytes",
+            "mem_available_fraction",
+            "cpu_user_train",
+            "context_switches_idle_per_s",
+            "sm_active_train",
+            "sm_active_stalled",
+            "sm_active_load",
+            "sm_clock_train_mhz",
+            "remap_old_rows",
+            "iteration_time_s",
         ):
             _check_range(name, getattr(self, name))
         if max(self.gpu_util_save[1], self.gpu_util_load[1]) > 100.0:
             raise ValueError("GPU utilisation ranges must stay within 0-100 %")
+        _check_range("mem_temp_offset_c", self.mem_temp_offset_c, low=-20.0)
+        if max(self.sm_active_train[1], self.sm_active_load[1], self.sm_active_stalled[1]) > 1.0:
+            raise ValueError("SM activity ranges must stay within 0-1")
+        if self.cpu_user_train[1] + self.cpu_system_train + self.cpu_iowait_train >= 1.0:
+            raise ValueError("training CPU shares must leave some idle time")
+        if self.iteration_time_s[0] <= 0 or self.tokens_per_iteration <= 0:
+            raise ValueError("iteration_time_s and tokens_per_iteration must be > 0")
+        if not 0.0 <= self.remap_gpu_fraction <= 1.0 or not 0.0 <= self.power_cap_flicker <= 1.0:
+            raise ValueError("remap_gpu_fraction and power_cap_flicker must be within [0, 1]")
+        if self.load_time_constant_s <= 0:
+            raise ValueError("load_time_constant_s must be > 0")
         if not 0.0 <= self.save_heavy_fraction <= 1.0:
             raise ValueError("save_heavy_fraction must be within [0, 1]")
         if not 0.0 <= self.read_queue_fraction < 1.0:

@@ -1,8 +1,11 @@
 """A seeded synthetic GPU cluster that answers scrapes the way its exporters would.
 
 Every node runs node_exporter (``<host>:9100``: interrupts, processes, vmstat,
-NFS mountstats) and dcgm-exporter (``<host>:9400``: per-GPU utilisation,
-power, temperature, last XID). ``ClusterSimulator.scrape(t_ms)`` returns one
+NFS mountstats; optionally CPU time, load, memory, InfiniBand ports) and
+dcgm-exporter (``<host>:9400``: per-GPU utilisation, power, temperature, last
+XID; optionally SM activity and clock, clock event reasons, HBM temperature,
+remapped rows); the job's members also serve the trainer's own gauges
+(``<host>:9500``, optional). ``ClusterSimulator.scrape(t_ms)`` returns one
 scrape round of all of them as raw Prometheus series, so the simulated data
 goes through the same remote_write ingest as real data:
 
@@ -14,13 +17,17 @@ goes through the same remote_write ingest as real data:
 - nodes differ persistently (offsets per node and GPU) and noisily (per scrape).
 
 What the nodes do comes from the job's plan (``timeline.plan_job``: training
-with synchronised checkpoint saves, death, restart on a spare, load) and from
-the config's faults. The numbers are in ``calibration.Calibration``.
+with synchronised checkpoint saves, death, restart on a spare, load), from
+``activity`` (the values of each phase) and from the config's faults. The
+numbers are in ``calibration.Calibration``; the series layout in ``layout``.
 
 Speed: each round is a handful of numpy operations per metric family on
 (nodes,) or (nodes, gpus) arrays; the only per-series Python work is building
 the ``Series`` objects. Label dicts are built once and shared by every round's
-series: treat them as read-only (the ingest decoder has the same contract).
+series: treat them as read-only (the ingest decoder has the same contract);
+so are the timestamps of one target. Building, collecting and freeing the
+``Series`` is most of a round's cost (~0.4 us each), so a round's cost follows
+its series count.
 """
 
 from __future__ import annotations
@@ -30,48 +37,41 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
-from itertools import chain
-from typing import NamedTuple
 
 import numpy as np
 
 from streams.ingest.series import Series
+from streams.sources.simulator.activity import (
+    ExtraNoise,
+    Noise,
+    Phase,
+    baseline,
+    iteration_time_s,
+    settle,
+)
 from streams.sources.simulator.calibration import Calibration
 from streams.sources.simulator.faults import Fault
-from streams.sources.simulator.state import GETATTR, NFS_OPERATIONS, READ, WRITE, RoundState
+from streams.sources.simulator.layout import (
+    BASE_NODE_COLUMNS,
+    METRIC_FAMILIES,
+    SeriesLayout,
+    pci_bus_id,
+    sorted_labels,
+    trainer_labels,
+)
+from streams.sources.simulator.state import TRAINER, RoundState
 from streams.sources.simulator.timeline import JobPlan, plan_job
+from streams.sources.simulator.traits import NodeTraits
+
+__all__ = ["ALL_FAMILIES", "DEFAULT_START_MS", "ClusterConfig", "ClusterSimulator", "pci_bus_id"]
 
 DEFAULT_START_MS = 1_759_276_800_000  # 2025-10-01T00:00:00Z, a multiple of 30 s
-
-# PCI bus ids of the eight GPUs on an HGX board, as nvidia-smi prints them.
-_HGX_BUS_IDS = ("1B", "43", "52", "61", "9D", "C3", "D1", "DF")
+ALL_FAMILIES = METRIC_FAMILIES
 _MAX_GPUS = 16
 
-# Series layout of one node: node_exporter columns, then dcgm-exporter columns.
-_NFS_COUNTERS = (
-    "node_mountstats_nfs_operations_requests_total",
-    "node_mountstats_nfs_operations_response_time_seconds_total",
-    "node_mountstats_nfs_operations_queue_time_seconds_total",
-)
-_NODE_SCALARS = ("node_intr_total", "node_procs_running", "node_vmstat_pgpgout")
-_NFS_BYTES = ("node_mountstats_nfs_read_bytes_total", "node_mountstats_nfs_write_bytes_total")
-_GPU_GAUGES = (
-    "DCGM_FI_DEV_GPU_UTIL",
-    "DCGM_FI_DEV_POWER_USAGE",
-    "DCGM_FI_DEV_GPU_TEMP",
-    "DCGM_FI_DEV_XID_ERRORS",
-)
-_NODE_COLUMNS = len(_NODE_SCALARS) + len(_NFS_COUNTERS) * len(NFS_OPERATIONS) + len(_NFS_BYTES)
-
-# Seed-sequence keys that keep the simulator's random streams apart.
-_TRAITS_STREAM = 1
+# Seed-sequence keys that keep the simulator's per-round random streams apart.
 _ROUND_STREAM = 2
-
-
-def pci_bus_id(gpu: int) -> str:
-    """The PCI bus id dcgm-exporter reports for GPU ``gpu`` of a node."""
-    bus = _HGX_BUS_IDS[gpu] if gpu < len(_HGX_BUS_IDS) else f"{0xE8 + gpu:02X}"
-    return f"00000000:{bus}:00.0"
+_EXTRA_ROUND_STREAM = 4
 
 
 @dataclass(frozen=True)
@@ -83,11 +83,25 @@ class ClusterConfig:
     the last hosts). ``start_ms`` opens the simulation mid-training and must sit
     on the scrape grid (a multiple of the interval), so a round's samples fall
     in one bucket. Checkpoint saves come every ``checkpoint_interval_s``
-    (median; log-normal jitter ``checkpoint_jitter``) and last
-    ``save_duration_s``; a job killed by a fault restarts ``restart_delay_s``
-    after it died, then loads its checkpoint for ``restart_load_s``.
-    ``emit_stale_markers`` makes a node that falls silent send Prometheus stale
-    markers once, as a failed scrape does (off: it just stops).
+    (median; log-normal jitter ``checkpoint_jitter``), the first one
+    ``first_save_s`` after ``start_ms`` when set, and last ``save_duration_s``;
+    a job killed by a fault restarts ``restart_delay_s`` after it died, then
+    loads its checkpoint for ``restart_load_s``.
+    ``emit_stale_markers`` makes series that stop (a node or exporter falling
+    silent, a GPU vanishing, the trainer exiting) send Prometheus stale markers
+    once, as a failed scrape does (off: they just stop).
+
+    ``metric_families`` switches on optional series beyond the base
+    node_exporter / dcgm-exporter set (see ``layout``): ``cpu``, ``memory``,
+    ``infiniband``, ``gpu_perf``, ``row_remap``, ``trainer`` -- or
+    ``ALL_FAMILIES``. They are off by default: all of them take a 63-node
+    round from 2,898 to 9,885 series and its generation from ~1.5 to ~5 ms
+    (4 to 14 s per simulated day); the scenario library turns them all on.
+    ``cpus_per_node`` CPUs carry ``node_cpu_seconds_total`` (a small count --
+    a real B200 host has 224 -- because the series are what cost, and detectors
+    read the node's sums);
+    ``ib_devices`` HCAs (``mlx5_<k>``, port 1) carry the InfiniBand counters;
+    the trainer's ranks fill ``pipeline_stages`` stages in rank order.
     """
 
     seed: int = 0
@@ -104,6 +118,7 @@ class ClusterConfig:
     scrape_jitter_ms: int = 25
     checkpoint_interval_s: float = 2.23 * 3600.0  # report: median 2.23 h at 4 K sequence length
     checkpoint_jitter: float = 0.25
+    first_save_s: float | None = None  # None: one interval after start_ms
     save_duration_s: tuple[float, float] = (18.0, 32.0)  # report: 18-31.7 s
     restart_delay_s: float = 600.0  # report: auto-retry after ~10 min
     restart_load_s: float = 1500.0  # report: ~200 GB per node in ~25 min
@@ -120,9 +135,25 @@ class ClusterConfig:
     nfs_protocol: str = "tcp"
     emit_stale_markers: bool = False
     calibration: Calibration = field(default_factory=Calibration)
+    metric_families: frozenset[str] = frozenset()
+    cpus_per_node: int = 4
+    ib_devices: int = 8
+    pipeline_stages: int = 4
+    trainer_job: str = "trainer"
+    trainer_port: int = 9500
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "faults", tuple(self.faults))
+        object.__setattr__(self, "metric_families", frozenset(self.metric_families))
+        unknown = sorted(self.metric_families - ALL_FAMILIES)
+        if unknown:
+            raise ValueError(
+                f"unknown metric_families {unknown}; known: {', '.join(sorted(ALL_FAMILIES))}"
+            )
+        if not 1 <= self.cpus_per_node <= 256 or not 0 <= self.ib_devices <= 16:
+            raise ValueError("need cpus_per_node within 1..256 and ib_devices within 0..16")
+        if self.pipeline_stages < 1:
+            raise ValueError("pipeline_stages must be >= 1")
         object.__setattr__(self, "save_duration_s", tuple(self.save_duration_s))
         if self.seed < 0 or self.job_nodes < 1 or self.spares < 0:
             raise ValueError("need seed >= 0, job_nodes >= 1 and spares >= 0")
@@ -147,6 +178,8 @@ class ClusterConfig:
             raise ValueError(
                 "checkpoint_interval_s must exceed twice the longest save; jitter >= 0"
             )
+        if self.first_save_s is not None and self.first_save_s < 0:
+            raise ValueError("first_save_s must be >= 0")
         if self.restart_delay_s < 0 or self.restart_load_s < 0:
             raise ValueError("restart_delay_s and restart_load_s must be >= 0")
         for fault in self.faults:
@@ -194,126 +227,19 @@ def _gc_paused() -> Iterator[None]:
         gc.enable()
 
 
-class _Traits:
-    """Persistent per-node and per-GPU properties, drawn once from the seed."""
-
-    def __init__(self, config: ClusterConfig):
-        cal = config.calibration
-        n, g = len(config.hosts), config.gpus_per_node
-        rng = np.random.default_rng((config.seed, _TRAITS_STREAM))
-        jitter = config.scrape_jitter_ms
-        # one offset per scrape target: [node_exporter, dcgm]
-        self.offset_ms = rng.integers(jitter + 1, config.interval_ms - jitter - 1, size=(n, 2))
-        self.intr_train = cal.intr_train_per_s * (
-            1.0 + cal.intr_node_spread * rng.standard_normal(n)
-        )
-        self.intr_idle = rng.uniform(*cal.intr_idle_per_s, size=n)
-        self.procs_train = np.rint(rng.uniform(*cal.procs_train, size=n))
-        self.pgpgout_train = rng.uniform(*cal.pgpgout_train_per_s, size=n)
-        self.pgpgout_idle = rng.uniform(*cal.pgpgout_idle_per_s, size=n)
-        self.getattr_rate = rng.uniform(*cal.getattr_per_s, size=n)
-        self.getattr_response = rng.uniform(*cal.getattr_response_s, size=n)
-        self.nfs_latency = np.clip(1.0 + cal.nfs_node_spread * rng.standard_normal(n), 0.7, 1.3)
-        heavy = rng.permutation(n) < round(cal.save_heavy_fraction * n)
-        self.save_bytes = np.where(heavy, cal.save_bytes_heavy, cal.save_bytes_light)
-        self.power_train = cal.gpu_power_train_w + cal.gpu_power_spread_w * rng.standard_normal(
-            (n, g)
-        )
-        self.power_idle = rng.uniform(*cal.gpu_power_idle_w, size=(n, g))
-        self.temp_train = rng.uniform(*cal.gpu_temp_train_c, size=(n, g))
-        self.temp_idle = rng.uniform(*cal.gpu_temp_idle_c, size=(n, g))
-        self.uuids = [
-            [_uuid(rng.integers(0, 256, size=16, dtype=np.uint8).tobytes()) for _ in range(g)]
-            for _ in range(n)
-        ]
-        # counters start at what days of uptime leave behind
-        self.counters_start = {
-            "intr": rng.uniform(1e10, 1e11, size=n).round(),
-            "pgpgout": rng.uniform(1e8, 1e9, size=n).round(),
-            "nfs_requests": rng.uniform(1e5, 1e7, size=(n, len(NFS_OPERATIONS))).round(),
-            "read_bytes": rng.uniform(1e12, 1e13, size=n).round(),
-            "write_bytes": rng.uniform(1e12, 1e13, size=n).round(),
-        }
-
-
-def _uuid(raw: bytes) -> str:
-    h = raw.hex()
-    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
-
-
-def _sorted_labels(labels: dict[str, str]) -> dict[str, str]:
-    return {k: labels[k] for k in sorted(labels)}
-
-
-def _series_labels(config: ClusterConfig, uuids: list[list[str]]) -> list[list[dict[str, str]]]:
-    """Per node, the label sets of its series in column order (see ``_NODE_COLUMNS``)."""
-    out = []
-    mount = {
-        "export": config.nfs_export,
-        "mountaddress": config.nfs_mountaddress,
-        "protocol": config.nfs_protocol,
-    }
-    for i, host in enumerate(config.hosts):
-        node = {
-            "cluster": config.cluster,
-            "instance": f"{host}:{config.node_exporter_port}",
-            "job": config.node_exporter_job,
-        }
-        dcgm = {
-            "cluster": config.cluster,
-            "instance": f"{host}:{config.dcgm_port}",
-            "job": config.dcgm_job,
-            "Hostname": host,
-            "modelName": config.model_name,
-        }
-        labels = [{**node, "__name__": name} for name in _NODE_SCALARS]
-        labels += [
-            {**node, **mount, "__name__": name, "operation": op}
-            for name in _NFS_COUNTERS
-            for op in NFS_OPERATIONS
-        ]
-        labels += [{**node, **mount, "__name__": name} for name in _NFS_BYTES]
-        labels += [
-            {
-                **dcgm,
-                "__name__": name,
-                "gpu": str(gpu),
-                "UUID": uuids[i][gpu],
-                "pci_bus_id": pci_bus_id(gpu),
-                "device": f"nvidia{gpu}",
-            }
-            for name in _GPU_GAUGES
-            for gpu in range(config.gpus_per_node)
-        ]
-        out.append([_sorted_labels(lbl) for lbl in labels])
-    return out
-
-
-class _Phase(NamedTuple):
-    """What the job does in a round: who runs it, whether it loads, how much a save covers."""
-
-    member: np.ndarray  # (nodes,) bool: running the job this round
-    loading: bool  # restart load (else training, or nobody runs)
-    stall: float  # fraction of the bucket a checkpoint save covers
-    save_share: float  # fraction of one save's data written in the bucket
-
-
-class _Noise(NamedTuple):
-    """One round's baseline random draws."""
-
-    z: np.ndarray  # (nodes, 7) standard normal
-    zg: np.ndarray  # (nodes, gpus, 3) standard normal
-    u: np.ndarray  # (nodes,) uniform
-    ug: np.ndarray  # (nodes, gpus, 2) uniform
+def _make_series(labels: list, stamps: list, values: list) -> list[Series]:
+    with _gc_paused():
+        return [Series(lbl, [(t, v)]) for lbl, t, v in zip(labels, stamps, values, strict=True)]
 
 
 class ClusterSimulator:
     """Answers scrape rounds for a ``ClusterConfig``; deterministic for a given seed.
 
-    Rounds are asked for in increasing time on the scrape grid (skipping is
-    allowed: counters then integrate the current rates over the gap). The
-    noise of round ``r`` depends only on the seed and ``r``; counters and
-    temperatures carry state from the rounds computed before.
+    Rounds must be requested in increasing order on the config's grid; the
+    values of round ``t_ms`` depend only on the seed and ``t_ms`` (each round
+    has its own random stream), except counters and temperatures, which carry
+    state from the rounds computed before. A late scrape's samples are held back
+    and delivered with a later round.
     """
 
     def __init__(self, config: ClusterConfig):
@@ -321,16 +247,26 @@ class ClusterSimulator:
         self.plan: JobPlan = plan_job(config)
         self.hosts = config.hosts
         n, g = len(self.hosts), config.gpus_per_node
-        self._traits = _Traits(config)
-        self._labels = _series_labels(config, self._traits.uuids)
+        self.traits = NodeTraits(config)
+        for fault in config.faults:
+            fault.shape_traits(self.traits, config)
+        self.layout = SeriesLayout(config)
+        self._labels = self.layout.labels(config, self.traits.uuids)
         self._job_labels = (
-            [[_sorted_labels({**lbl, config.job_label: config.job_name}) for lbl in node]
-             for node in self._labels]
-            if config.job_label else self._labels
+            [
+                [sorted_labels({**lbl, config.job_label: config.job_name}) for lbl in node]
+                for node in self._labels
+            ]
+            if config.job_label
+            else self._labels
         )
-        self._faults = [(f, self.hosts.index(f.node)) for f in config.faults]
+        self._faults = [
+            (f, None if f.node is None else self.hosts.index(f.node)) for f in config.faults
+        ]
         self._member_masks: dict[int, np.ndarray] = {}
-        start = self._traits.counters_start
+        self._flat_labels: dict[int, tuple[list[dict[str, str]], np.ndarray]] = {}
+        self._trainer_labels: dict[int, dict[int, list[dict[str, str]]]] = {}
+        start = self.traits.counters_start
         self._intr = start["intr"].copy()
         self._pgpgout = start["pgpgout"].copy()
         self._nfs_requests = start["nfs_requests"].copy()
@@ -339,24 +275,41 @@ class ClusterSimulator:
         self._nfs_queue = (self._nfs_requests * mean_request_s * 0.6).round(3)
         self._read_bytes = start["read_bytes"].copy()
         self._write_bytes = start["write_bytes"].copy()
+        self._cpu_seconds = start["cpu_seconds"].copy()
+        self._context_switches = start["context_switches"].copy()
+        self._ib = start["ib"].copy()
+        self._load1: np.ndarray | None = None
         self._xid = np.zeros((n, g))
         self._temp: np.ndarray | None = None
-        self._prev_t: int | None = None
-        self._prev_ts: np.ndarray | None = None  # (nodes, 2) last sample time per target
-        self._prev_silent = np.zeros(n, dtype=bool)
-        self._newly_silent = self._prev_silent
         self._temp_reported = np.zeros((n, g))
+        self._mem_temp_reported = np.zeros((n, g))
+        self._iteration_s = 0.0
+        self._prev_t: int | None = None
+        self._prev_ts: np.ndarray | None = None  # (nodes, targets) last sample time
+        # what the previous round emitted, for stale markers
+        self._prev_keep: np.ndarray | None = None
+        self._prev_flat: np.ndarray | None = None
+        self._prev_trainer: dict[int, list[dict[str, str]]] = {}
+        self._current_trainer: dict[int, list[dict[str, str]]] = {}
+        self._held: list[tuple[int, list[Series]]] = []  # (release round, late samples)
 
     # --- public ---------------------------------------------------------------------------
 
     def scrape(self, t_ms: int) -> list[Series]:
-        """Every series of every reporting node for the scrape round starting at ``t_ms``."""
+        """Every series that reaches the receiver in the scrape round starting at ``t_ms``."""
         state, ts = self._step(t_ms)
         return self._series(state, ts)
 
     def advance(self, t_ms: int) -> None:
         """Compute the round at ``t_ms`` without building series (to fast-forward)."""
         self._step(t_ms)
+        self._prev_keep = None
+        self._prev_trainer = {}
+
+    @property
+    def iteration_time_s(self) -> float:
+        """The trainer's last reported iteration time (0 before the first training round)."""
+        return self._iteration_s
 
     # --- one round ------------------------------------------------------------------------
 
@@ -368,17 +321,25 @@ class ClusterSimulator:
             self._member_masks[epoch_index] = mask
         return mask
 
-    def _phase(self, t_ms: int) -> _Phase:
+    def _allocated(self, t_ms: int) -> np.ndarray:
+        """Nodes of the job's latest epoch (still allocated while the job is down)."""
+        try:
+            return self._member_mask(self.plan.epoch_at(t_ms).index)
+        except ValueError:
+            return np.zeros(len(self.hosts), dtype=bool)
+
+    def _phase(self, t_ms: int) -> Phase:
         n = len(self.hosts)
+        allocated = self._allocated(t_ms)
         epoch = self.plan.running_at(t_ms)
         if epoch is None:
-            return _Phase(np.zeros(n, dtype=bool), False, 0.0, 0.0)
+            return Phase(np.zeros(n, dtype=bool), allocated, False, 0.0, 0.0)
         member = self._member_mask(epoch.index)
         if t_ms < epoch.train_ms:
-            return _Phase(member, True, 0.0, 0.0)
+            return Phase(member, allocated, True, 0.0, 0.0)
         interval = self.config.interval_ms
         overlap = self.plan.save_overlap(epoch, t_ms, t_ms + interval)
-        return _Phase(member, False, overlap.stalled_ms / interval, overlap.save_share)
+        return Phase(member, allocated, False, overlap.stalled_ms / interval, overlap.save_share)
 
     def _step(self, t_ms: int) -> tuple[RoundState, np.ndarray]:
         cfg = self.config
@@ -388,16 +349,25 @@ class ClusterSimulator:
         if self._prev_t is not None and t_ms <= self._prev_t:
             raise ValueError(f"rounds must move forward: {t_ms} after {self._prev_t}")
         n, g = len(self.hosts), cfg.gpus_per_node
-        rng = np.random.default_rng((cfg.seed, _ROUND_STREAM, (t_ms - cfg.start_ms) // interval))
+        k = (t_ms - cfg.start_ms) // interval
+        rng = np.random.default_rng((cfg.seed, _ROUND_STREAM, k))
         # all of the round's baseline noise, drawn in a fixed order whatever the phase
-        noise = _Noise(
+        noise = Noise(
             z=rng.standard_normal((n, 7)),
             zg=rng.standard_normal((n, g, 3)),
             u=rng.random(n),
             ug=rng.random((n, g, 2)),
         )
         jitter = rng.integers(-cfg.scrape_jitter_ms, cfg.scrape_jitter_ms + 1, size=(n, 2))
-        ts = t_ms + self._traits.offset_ms + jitter
+        extra = ExtraNoise.draw(
+            np.random.default_rng((cfg.seed, _EXTRA_ROUND_STREAM, k))
+            if cfg.metric_families
+            else None,
+            cfg,
+        )
+        ts = t_ms + self.traits.offset_ms
+        ts[:, :2] += jitter
+        ts[:, 2] += extra.jitter
 
         phase = self._phase(t_ms)
         state = RoundState(
@@ -406,130 +376,30 @@ class ClusterSimulator:
             origin_ms=cfg.start_ms,
             interval_ms=interval,
             rng=rng,
-            **self._node_rates(phase, noise),
-            **self._gpu_gauges(phase, noise),
+            **baseline(cfg, self.traits, phase, noise, extra),  # type: ignore[arg-type]
             xid=self._xid,
-            idle_gpu_power_w=self._traits.power_idle,
-            idle_gpu_temp_c=self._traits.temp_idle,
+            idle_gpu_power_w=self.traits.power_idle,
+            idle_gpu_temp_c=self.traits.temp_idle,
             silent=np.zeros(n, dtype=bool),
+            target_silent=np.zeros((n, 3), dtype=bool),
+            gpu_gone=np.zeros((n, g), dtype=bool),
             reboot=np.zeros(n, dtype=bool),
+            delay_rounds=np.zeros(n, dtype=np.int64),
+            ts_shift_ms=np.zeros(n, dtype=np.int64),
         )
         for fault, node in self._faults:
             fault.apply(state, node)
-        self._integrate(state, ts, noise.zg[:, :, 2])
+        settle(state, cfg)
+        if state.training:
+            self._iteration_s = iteration_time_s(state, self.traits, phase, extra, cfg)
+        self._integrate(state, ts, noise.zg[:, :, 2], extra)
         self._prev_t = t_ms
-        self._newly_silent = state.silent & ~self._prev_silent
-        self._prev_silent = state.silent
         return state, ts
 
-    def _node_rates(self, phase: _Phase, noise: _Noise) -> dict[str, np.ndarray]:
-        """node_exporter's rates and gauges: interrupts, processes, page-outs, NFS."""
-        cal, tr = self.config.calibration, self._traits
-        member, stall, z, u = phase.member, phase.stall, noise.z, noise.u
-        interval_s = self.config.interval_ms / 1000.0
-        if phase.loading:
-            intr_active: np.ndarray | float = cal.intr_load_per_s
-            procs_active = np.rint(cal.procs_load[0] + u * (cal.procs_load[1] - cal.procs_load[0]))
-        else:
-            intr_active = tr.intr_train * (1.0 - stall * (1.0 - cal.intr_save_ratio))
-            procs_active = np.clip(
-                np.rint(tr.procs_train + cal.procs_noise * z[:, 1]), *cal.procs_train_limits
-            )
-        intr = np.where(member, intr_active, tr.intr_idle) * (1.0 + cal.intr_noise * z[:, 0])
-        procs_idle = np.rint(cal.procs_idle[0] + u * (cal.procs_idle[1] - cal.procs_idle[0]))
-        write_save = np.where(member, tr.save_bytes * phase.save_share / interval_s, 0.0)
-        write_save *= 1.0 + cal.save_bytes_noise * z[:, 2]
-        pgpgout = np.where(member & (not phase.loading), tr.pgpgout_train, tr.pgpgout_idle)
-        pgpgout = (
-            pgpgout * (1.0 + 0.1 * np.abs(z[:, 6]))
-            + write_save / 1024.0 * cal.pgpgout_save_fraction
-        )
-
-        # NFS mountstats: requests per second and seconds per request, per operation
-        n = len(member)
-        latency = tr.nfs_latency * (1.0 + cal.nfs_noise * z[:, 3])
-        requests = np.empty((n, 3))
-        response = np.empty((n, 3))
-        queue = np.empty((n, 3))
-        busy = cal.getattr_load_factor if phase.loading else 1.0 + cal.getattr_save_factor * stall
-        getattr_factor = np.where(member, busy, 0.5)
-        requests[:, GETATTR] = tr.getattr_rate * getattr_factor * (1.0 + 0.1 * z[:, 4])
-        response[:, GETATTR] = tr.getattr_response * np.maximum(getattr_factor, 1.0) * latency
-        queue[:, GETATTR] = cal.getattr_queue_s * latency
-
-        read_bytes = np.full(n, cal.read_idle_per_s * cal.read_rpc_bytes)
-        requests[:, READ] = cal.read_idle_per_s
-        response[:, READ] = cal.read_idle_response_s * latency
-        queue[:, READ] = cal.read_idle_queue_s * latency
-        if phase.loading and self.config.restart_load_s > 0:
-            rate = cal.load_bytes_per_node / self.config.restart_load_s * (1.0 + 0.05 * z[:, 5])
-            read_bytes = np.where(member, rate, read_bytes)
-            requests[:, READ] = np.where(member, rate / cal.read_rpc_bytes, requests[:, READ])
-            per_request = cal.read_request_s * latency
-            queue[:, READ] = np.where(member, per_request * cal.read_queue_fraction, queue[:, READ])
-            response[:, READ] = np.where(
-                member, per_request * (1.0 - cal.read_queue_fraction), response[:, READ]
-            )
-
-        # a bucket's WRITEs: the steady trickle plus its share of a checkpoint save
-        save_requests = write_save / cal.write_rpc_bytes
-        idle_requests = cal.write_idle_per_s
-        requests[:, WRITE] = idle_requests + save_requests
-        response[:, WRITE] = (
-            latency
-            * (
-                idle_requests * cal.write_idle_response_s
-                + save_requests * cal.write_save_response_s
-            )
-            / requests[:, WRITE]
-        )
-        queue[:, WRITE] = (
-            latency
-            * (idle_requests * cal.write_idle_queue_s + save_requests * cal.write_save_queue_s)
-            / requests[:, WRITE]
-        )
-        return {
-            "intr_per_s": intr,
-            "procs_running": np.where(member, procs_active, procs_idle),
-            "pgpgout_per_s": pgpgout,
-            "nfs_requests_per_s": requests,
-            "nfs_response_s": response,
-            "nfs_queue_s": queue,
-            "nfs_read_bytes_per_s": read_bytes,
-            "nfs_write_bytes_per_s": idle_requests * cal.write_idle_rpc_bytes + write_save,
-        }
-
-    def _gpu_gauges(self, phase: _Phase, noise: _Noise) -> dict[str, np.ndarray]:
-        """dcgm-exporter's per-GPU gauges (and the temperature they lag toward)."""
-        cal, tr = self.config.calibration, self._traits
-        stall, zg, ug = phase.stall, noise.zg, noise.ug
-        if phase.loading:
-            lo, hi = cal.gpu_util_load
-            util_active = lo + ug[:, :, 0] * (hi - lo)
-            lo, hi = cal.gpu_power_load_w
-            power_active = lo + ug[:, :, 1] * (hi - lo)
-            temp_active = 0.5 * (tr.temp_train + tr.temp_idle)
-        else:
-            # a save stalls compute for the part of the bucket it covers
-            util_train = 100.0 - np.floor(np.abs(cal.gpu_util_train_noise * zg[:, :, 0]))
-            lo, hi = cal.gpu_util_save
-            util_active = (1.0 - stall) * util_train + stall * (lo + ug[:, :, 0] * (hi - lo))
-            power_train = np.clip(
-                tr.power_train + cal.gpu_power_noise_w * zg[:, :, 1], *cal.gpu_power_limits_w
-            )
-            lo, hi = cal.gpu_power_save_w
-            power_active = (1.0 - stall) * power_train + stall * (lo + ug[:, :, 1] * (hi - lo))
-            temp_active = (1.0 - stall) * tr.temp_train + stall * tr.temp_idle
-        power_idle = tr.power_idle + cal.gpu_power_idle_noise_w * zg[:, :, 1]
-        member = phase.member[:, None]
-        return {
-            "gpu_util": np.where(member, util_active, 0.0),
-            "gpu_power_w": np.where(member, power_active, power_idle),
-            "gpu_temp_target_c": np.where(member, temp_active, tr.temp_idle),
-        }
-
-    def _integrate(self, state: RoundState, ts: np.ndarray, temp_noise: np.ndarray) -> None:
-        """Advance counters and temperatures to this round's sample times."""
+    def _integrate(
+        self, state: RoundState, ts: np.ndarray, temp_noise: np.ndarray, extra: ExtraNoise
+    ) -> None:
+        """Advance counters, load and temperatures to this round's sample times."""
         cal, interval_s = self.config.calibration, self.config.interval_ms / 1000.0
         # the first round reports the starting values
         dt = np.zeros(ts.shape) if self._prev_ts is None else (ts - self._prev_ts) / 1000.0
@@ -544,6 +414,9 @@ class ClusterSimulator:
                 self._nfs_requests,
                 self._nfs_response,
                 self._nfs_queue,
+                self._cpu_seconds,
+                self._context_switches,
+                self._ib,
             ):
                 counter[reboot] = 0.0
             dt[reboot] = np.minimum(dt[reboot], interval_s)  # up for less than a round
@@ -557,6 +430,15 @@ class ClusterSimulator:
         self._read_bytes += np.rint(state.nfs_read_bytes_per_s * dt_node)
         self._write_bytes += np.rint(state.nfs_write_bytes_per_s * dt_node)
 
+        if self.layout.host:
+            self._integrate_host(state, dt_node, extra)
+        if self.layout.ports:
+            rates = np.stack(
+                (state.ib_xmit_wait_per_s, state.ib_tx_bytes_per_s, state.ib_rx_bytes_per_s),
+                axis=2,
+            )
+            self._ib += np.rint(rates * dt_node[:, None, None])
+
         target = state.gpu_temp_target_c
         if self._temp is None:
             self._temp = target.copy()
@@ -564,20 +446,55 @@ class ClusterSimulator:
             alpha = 1.0 - np.exp(-dt[:, 1] / cal.gpu_temp_time_constant_s)
             self._temp += alpha[:, None] * (target - self._temp)
         self._temp_reported = np.rint(self._temp + cal.gpu_temp_noise_c * temp_noise)
+        if self.layout.gpu_perf:
+            self._mem_temp_reported = np.rint(
+                self._temp + state.mem_temp_offset_c + cal.mem_temp_noise_c * extra.zg[:, :, 2]
+            )
+
+    def _integrate_host(self, state: RoundState, dt_node: np.ndarray, extra: ExtraNoise) -> None:
+        """CPU time per CPU and mode, context switches, and the 1-min load average."""
+        cal = self.config.calibration
+        # the node's shares (idle, iowait, system, user), scattered over its CPUs
+        shares = np.stack((state.cpu_iowait, state.cpu_system, state.cpu_user), axis=1)
+        per_cpu = np.maximum(shares[:, None, :] * (1.0 + cal.cpu_noise * extra.zc), 0.0)
+        busy = per_cpu.sum(axis=2, keepdims=True)
+        per_cpu /= np.maximum(busy, 1.0)
+        self._cpu_seconds[:, :, 0] += (1.0 - per_cpu.sum(axis=2)) * dt_node[:, None]
+        self._cpu_seconds[:, :, 1:] += per_cpu * dt_node[:, None, None]
+        self._context_switches += np.rint(state.context_switches_per_s * dt_node)
+        runnable = state.procs_running + state.procs_blocked
+        if self._load1 is None:
+            self._load1 = runnable.astype(float)
+        else:
+            self._load1 += (1.0 - np.exp(-dt_node / cal.load_time_constant_s)) * (
+                runnable - self._load1
+            )
 
     # --- series ---------------------------------------------------------------------------
 
-    def _allocated(self, t_ms: int) -> np.ndarray:
-        """Nodes of the job's latest epoch (still allocated while the job is down)."""
+    def _labels_for(self, t_ms: int) -> tuple[list[dict[str, str]], np.ndarray]:
+        """Every (node, column) label set in row-major order, as a list and an object array."""
         try:
-            return self._member_mask(self.plan.epoch_at(t_ms).index)
+            epoch = self.plan.epoch_at(t_ms).index
         except ValueError:
-            return np.zeros(len(self.hosts), dtype=bool)
+            epoch = -1
+        cached = self._flat_labels.get(epoch)
+        if cached is None:
+            allocated = self._allocated(t_ms)
+            flat = [
+                lbl
+                for i in range(len(self.hosts))
+                for lbl in (self._job_labels if allocated[i] else self._labels)[i]
+            ]
+            array = np.empty(len(flat), dtype=object)
+            array[:] = flat
+            cached = self._flat_labels[epoch] = (flat, array)
+        return cached
 
-    def _series(self, state: RoundState, ts: np.ndarray) -> list[Series]:
-        n = len(self.hosts)
-        g = self.config.gpus_per_node
-        node = np.empty((n, _NODE_COLUMNS))
+    def _values(self, state: RoundState) -> np.ndarray:
+        n, lay = len(self.hosts), self.layout
+        values = np.empty((n, lay.columns))
+        node = values[:, :BASE_NODE_COLUMNS]
         node[:, 0] = self._intr
         node[:, 1] = state.procs_running
         node[:, 2] = self._pgpgout
@@ -586,45 +503,152 @@ class ClusterSimulator:
         node[:, 9:12] = self._nfs_queue.round(6)
         node[:, 12] = self._read_bytes
         node[:, 13] = self._write_bytes
-        gpu = np.empty((n, len(_GPU_GAUGES), g))
+        if lay.cpus:
+            values[:, lay.cpu_cols] = self._cpu_seconds[:, : lay.cpus].reshape(n, -1).round(2)
+        if lay.host:
+            host = values[:, lay.host_cols]
+            host[:, 0] = np.round(self._load1, 2) if self._load1 is not None else np.nan
+            host[:, 1] = state.procs_blocked
+            host[:, 2] = self._context_switches
+        if lay.memory:
+            memory = values[:, lay.memory_cols]
+            memory[:, 0] = np.rint(state.shmem_bytes / 4096.0) * 4096.0
+            memory[:, 1] = np.rint(state.mem_available_bytes / 4096.0) * 4096.0
+        if lay.ports:
+            values[:, lay.ib_cols] = self._ib[:, : lay.ports].reshape(n, -1)
+        gpu = np.empty((n, len(lay.gpu_gauges), lay.gpus))
         gpu[:, 0] = np.clip(np.rint(state.gpu_util), 0.0, 100.0)
         gpu[:, 1] = state.gpu_power_w.round(3)
         gpu[:, 2] = self._temp_reported
         gpu[:, 3] = state.xid
-        values = np.concatenate((node, gpu.reshape(n, -1)), axis=1)
-        stamps = np.empty(values.shape, dtype=np.int64)
-        stamps[:, :_NODE_COLUMNS] = ts[:, :1]
-        stamps[:, _NODE_COLUMNS:] = ts[:, 1:]
-        live = ~state.silent
-        allocated = self._allocated(state.t_ms)
-        labels = list(
-            chain.from_iterable(
-                (self._job_labels if allocated[i] else self._labels)[i]
-                for i in np.flatnonzero(live)
-            )
-        )
-        if not live.all():
-            values, stamps = values[live], stamps[live]
-        with _gc_paused():
-            out = [
-                Series(lbl, [(t, v)])
-                for lbl, t, v in zip(
-                    labels, stamps.ravel().tolist(), values.ravel().tolist(), strict=True
+        at = 4
+        if lay.gpu_perf:
+            gpu[:, 4] = np.clip(state.sm_active, 0.0, 1.0).round(4)
+            gpu[:, 5] = np.rint(state.sm_clock_mhz)
+            gpu[:, 6] = state.clock_reasons
+            gpu[:, 7] = self._mem_temp_reported
+            at = 8
+        if lay.row_remap:
+            gpu[:, at] = state.remap_correctable
+            gpu[:, at + 1] = state.remap_uncorrectable
+            gpu[:, at + 2] = state.remap_failure
+            gpu[:, at + 3] = state.remap_pending
+        values[:, lay.gpu_cols] = gpu.reshape(n, -1)
+        return values
+
+    def _series(self, state: RoundState, ts: np.ndarray) -> list[Series]:
+        cfg, lay = self.config, self.layout
+        n = len(self.hosts)
+        values = self._values(state)
+        shift = np.minimum(state.ts_shift_ms, cfg.interval_ms - 2 * cfg.scrape_jitter_ms - 2)
+        stamps = ts[:, lay.col_target]
+        if shift.any():
+            stamps = stamps + shift[:, None]
+        stamp_list = self._stamp_list(ts, shift)
+        flat, flat_array = self._labels_for(state.t_ms)
+        keep: np.ndarray | None = None
+        if state.silent.any() or state.target_silent[:, :2].any() or state.gpu_gone.any():
+            keep = ~state.silent[:, None] & ~state.target_silent[:, lay.col_target]
+            if state.gpu_gone.any():
+                gone = np.concatenate((state.gpu_gone, np.zeros((n, 1), dtype=bool)), axis=1)
+                keep &= ~gone[:, lay.col_gpu]
+        late = state.delay_rounds > 0
+        out: list[Series] = []
+        if keep is None and not late.any():
+            out = _make_series(flat, stamp_list, values.ravel().tolist())
+        else:
+            sent = np.ones(values.shape, dtype=bool) if keep is None else keep
+            for rows, delay in self._delivery_groups(sent, state.delay_rounds):
+                chunk = _make_series(
+                    flat_array.reshape(values.shape)[rows].tolist(),
+                    stamps[rows].tolist(),
+                    values[rows].tolist(),
                 )
-            ]
-        if self.config.emit_stale_markers:
-            out.extend(self._stale_markers(self._newly_silent, ts))
+                if delay == 0:
+                    out = chunk
+                else:
+                    self._held.append((state.t_ms + delay * cfg.interval_ms, chunk))
+        out.extend(self._trainer_series(state, ts, shift))
+        if cfg.emit_stale_markers:
+            out.extend(self._stale_markers(keep, flat_array, state, ts))
+        if self._held:
+            due = [chunk for at, chunk in self._held if at <= state.t_ms]
+            self._held = [(at, chunk) for at, chunk in self._held if at > state.t_ms]
+            for chunk in due:
+                out.extend(chunk)
         return out
 
-    def _stale_markers(self, newly_silent: np.ndarray, ts: np.ndarray) -> list[Series]:
-        """Stale markers for every series of the nodes that fell silent this round."""
-        if not newly_silent.any():
+    def _stamp_list(self, ts: np.ndarray, shift: np.ndarray) -> list[int]:
+        """Every column's sample time, row-major; one int object per (node, target), shared."""
+        node_cols = self.layout.node_columns
+        dcgm_cols = self.layout.columns - node_cols
+        out: list[int] = []
+        for node, dcgm, _ in (ts + shift[:, None]).tolist():
+            out += [node] * node_cols
+            out += [dcgm] * dcgm_cols
+        return out
+
+    @staticmethod
+    def _delivery_groups(
+        sent: np.ndarray, delay_rounds: np.ndarray
+    ) -> Iterator[tuple[np.ndarray, int]]:
+        """Masks of the (node, column) cells delivered now (delay 0) and per delay."""
+        rows = delay_rounds[:, None]
+        yield sent & (rows == 0), 0
+        for delay in np.unique(delay_rounds[delay_rounds > 0]).tolist():
+            yield sent & (rows == delay), int(delay)
+
+    def _trainer_series(self, state: RoundState, ts: np.ndarray, shift: np.ndarray) -> list[Series]:
+        self._current_trainer = {}
+        if not self.layout.trainer or not state.training:
             return []
+        epoch = self.plan.epoch_at(state.t_ms)
+        labels = self._trainer_labels.get(epoch.index)
+        if labels is None:
+            members = len(epoch.members)
+            labels = self._trainer_labels[epoch.index] = {
+                node: trainer_labels(self.config, self.hosts[node], rank, members)
+                for rank, node in enumerate(epoch.members)
+            }
+        up = state.member & ~state.silent & ~state.target_silent[:, TRAINER]
+        iteration = round(self._iteration_s, 4)
+        tokens = round(self.config.calibration.tokens_per_iteration / self._iteration_s, 1)
+        out: list[Series] = []
+        with _gc_paused():
+            for node in np.flatnonzero(up).tolist():
+                at = int(ts[node, TRAINER] + shift[node])
+                it_labels, tok_labels = labels[node]
+                pair = [Series(it_labels, [(at, iteration)]), Series(tok_labels, [(at, tokens)])]
+                delay = int(state.delay_rounds[node])
+                if delay:
+                    self._held.append((state.t_ms + delay * self.config.interval_ms, pair))
+                else:
+                    out.extend(pair)
+                self._current_trainer[node] = labels[node]
+        return out
+
+    def _stale_markers(
+        self, keep: np.ndarray | None, flat_array: np.ndarray, state: RoundState, ts: np.ndarray
+    ) -> list[Series]:
+        """Stale markers for every series that the previous round emitted and this one does not."""
         from streams.ingest.remote_write import STALE_NAN
 
-        node_columns = range(_NODE_COLUMNS)
-        return [
-            Series(labels, [(int(ts[i, 0] if column in node_columns else ts[i, 1]), STALE_NAN)])
-            for i in np.flatnonzero(newly_silent)
-            for column, labels in enumerate(self._labels[i])
-        ]
+        lay = self.layout
+        out: list[Series] = []
+        if self._prev_keep is not None and keep is not None:
+            dropped = self._prev_keep & ~keep
+            if dropped.any() and self._prev_flat is not None:
+                nodes, cols = np.nonzero(dropped)
+                labels = self._prev_flat.reshape(dropped.shape)[nodes, cols].tolist()
+                stamps = ts[nodes, lay.col_target[cols]].tolist()
+                out = [Series(lbl, [(t, STALE_NAN)]) for lbl, t in zip(labels, stamps, strict=True)]
+        self._prev_keep = (
+            np.ones((len(self.hosts), lay.columns), dtype=bool) if keep is None else keep
+        )
+        self._prev_flat = flat_array
+        for node, labels in self._prev_trainer.items():
+            if node not in self._current_trainer:
+                at = int(ts[node, TRAINER])
+                out.extend(Series(lbl, [(at, STALE_NAN)]) for lbl in labels)
+        self._prev_trainer = self._current_trainer
+        return out

@@ -4,14 +4,18 @@
 (one per run of the job). An epoch starts on a set of member nodes (in rank
 order), loads its checkpoint for ``restart_load_s`` (not the first epoch: the
 simulation opens mid-training), trains with synchronised checkpoint saves, and
-ends when a job-stopping fault's XID is one bucket old. After
-``restart_delay_s`` the next epoch starts; nodes that a fault excludes are
+ends when a job-stopping fault's XID (or its stop, for a fault without one) is
+one bucket old. After ``restart_delay_s`` (or the fault's own delay, e.g. a
+planned restart's) the next epoch starts; nodes that a fault excludes are
 replaced in place by the first healthy spare (by host order), or dropped when
 none is left.
 
 Checkpoint saves are drawn per epoch from their own seeded stream, lazily, so
 an endless simulation needs no horizon: intervals are log-normal around
-``checkpoint_interval_s`` and durations uniform in ``save_duration_s``.
+``checkpoint_interval_s`` and durations uniform in ``save_duration_s``. The
+first save of a (re)started job comes one interval after training begins,
+except in the first epoch when ``first_save_s`` places it (the simulation
+opens mid-training, anywhere in the save cycle).
 """
 
 from __future__ import annotations
@@ -65,7 +69,10 @@ class _SaveSchedule:
         self.starts: list[int] = []
         self.ends: list[int] = []
         self.durations: list[int] = []
-        self._next_ms = epoch.train_ms + self._interval_ms()
+        first = config.first_save_s if epoch.index == 0 else None
+        self._next_ms = epoch.train_ms + (
+            self._interval_ms() if first is None else int(first * 1000)
+        )
 
     def _interval_ms(self) -> int:
         return int(self._median_ms * float(np.exp(self._sigma * self._rng.standard_normal())))
@@ -194,17 +201,20 @@ def plan_job(config: ClusterConfig) -> JobPlan:
     members = list(range(config.job_nodes))
     start = train = config.start_ms
     for at_ms, _, fault in events:
-        node = index[fault.node]
-        if fault.excludes_node:
+        node = None if fault.node is None else index[fault.node]
+        if fault.excludes_node and node is not None:
             excluded.add(node)
         if at_ms < start:  # broke while the job was down: the pending (re)start goes without it
             members = _replace_excluded(members, excluded, len(config.hosts))
-        elif fault.stops_job_at_ms is not None and node in members:
+        elif fault.stops_job_at_ms is not None and (node is None or node in members):
             bucket = config.start_ms + (at_ms - config.start_ms) // interval * interval
             death = bucket + interval
             epochs.append(JobEpoch(len(epochs), tuple(members), start, train, death, fault))
             members = _replace_excluded(members, excluded, len(config.hosts))
-            start = death + int(config.restart_delay_s * 1000)
+            delay_s = (
+                config.restart_delay_s if fault.restart_delay_s is None else fault.restart_delay_s
+            )
+            start = death + int(delay_s * 1000)
             train = start + int(config.restart_load_s * 1000)
     epochs.append(JobEpoch(len(epochs), tuple(members), start, train, None))
     return JobPlan(config, epochs)

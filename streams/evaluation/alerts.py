@@ -1,0 +1,150 @@
+"""The evaluator's view of alerts: transitions in, paging episodes out.
+
+Whatever produced the alerts — :func:`streams.offline.run_offline` (a list of
+:class:`detectors.alerts.AlertChange`), the ``peerwatch.alerts`` topic (dicts),
+or a future detector with its own labels — they are read as
+:class:`AlertEvent` (one firing or resolved transition) and grouped per
+(alertname, node) into :class:`AlertEpisode` (one page):
+
+* a ``firing`` while the key's episode is open is a re-send of the active alert
+  (or a duplicate) and adds nothing;
+* a ``resolved`` closes the open episode (one without an open episode is ignored);
+* a ``firing`` within ``merge_ms`` of the episode's resolution re-opens it (a
+  flap is one page, not two); later, it starts a new episode.
+
+The GPU of an alert is its ``gpu`` label, else the first signal that names one
+(as :func:`streams.alerting.alert_labels` does); its class is its ``class``
+label when it has one (the family's default is applied by the scorer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+__all__ = ["AlertEpisode", "AlertEvent", "Firing", "alert_episodes", "to_alert_event"]
+
+Status = Literal["firing", "resolved"]
+_STATUS_ORDER = {"resolved": 0, "firing": 1}  # in one bucket, a resolution comes first
+
+
+@dataclass(frozen=True)
+class AlertEvent:
+    """One alert transition. ``node`` None: a group-level alert. ``bucket_ts``: ms, bucket start."""
+
+    alertname: str
+    node: str | None
+    status: Status
+    bucket_ts: int
+    gpu: str | None = None
+    fault_class: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.status not in _STATUS_ORDER:
+            raise ValueError(f"unknown alert status {self.status!r}; known: firing, resolved")
+
+    @classmethod
+    def from_change(cls, change: Any) -> AlertEvent:
+        """From an :class:`detectors.alerts.AlertChange` (or anything with its attributes).
+
+        Its ``labels`` (a mapping or ``(name, value)`` pairs, as ``AlertChange.labels``)
+        may carry ``gpu`` and ``class``.
+        """
+        labels = dict(getattr(change, "labels", None) or ())
+        signals = getattr(change, "signals", ()) or ()
+        gpu = labels.get("gpu") or next((s.gpu for s in signals if getattr(s, "gpu", None)), None)
+        return cls(
+            alertname=str(change.alertname),
+            node=None if change.node is None else str(change.node),
+            status=change.status,
+            bucket_ts=int(change.bucket_ts),
+            gpu=None if gpu is None else str(gpu),
+            fault_class=labels.get("class"),
+        )
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AlertEvent:
+        """From ``AlertChange.to_dict()`` or a record with a ``labels`` mapping."""
+        labels: Mapping[str, Any] = data.get("labels") or {}
+        signals = data.get("signals") or ()
+        gpu = labels.get("gpu") or next(
+            (s.get("gpu") for s in signals if isinstance(s, Mapping) and s.get("gpu")), None
+        )
+        node = data.get("node", labels.get("node"))
+        cls_label = labels.get("class", data.get("class"))
+        return cls(
+            alertname=str(data.get("alertname", labels.get("alertname"))),
+            node=None if node is None else str(node),
+            status=data["status"],
+            bucket_ts=int(data["bucket_ts"]),
+            gpu=None if gpu is None else str(gpu),
+            fault_class=None if cls_label is None else str(cls_label),
+        )
+
+
+def to_alert_event(alert: Any) -> AlertEvent:
+    """An :class:`AlertEvent`, a mapping, or an ``AlertChange``-like object → AlertEvent."""
+    if isinstance(alert, AlertEvent):
+        return alert
+    if isinstance(alert, Mapping):
+        return AlertEvent.from_dict(alert)
+    return AlertEvent.from_change(alert)
+
+
+@dataclass(frozen=True)
+class Firing:
+    """One page (or re-page) of an alert: when, and what it claimed."""
+
+    ts: int
+    gpu: str | None
+    fault_class: str | None
+
+
+@dataclass(frozen=True)
+class AlertEpisode:
+    """One alert from its first firing to its last resolution, flaps merged.
+
+    ``firings``: the first firing, then every re-fire merged into it, in time
+    order. ``resolved_ts``: the last resolution (None: still firing at the end).
+    """
+
+    alertname: str
+    node: str | None
+    firings: tuple[Firing, ...]
+    resolved_ts: int | None
+
+    @property
+    def fired_ts(self) -> int:
+        return self.firings[0].ts
+
+
+def alert_episodes(events: Iterable[AlertEvent], merge_ms: int) -> list[AlertEpisode]:
+    """Group transitions into episodes (see the module docstring), ordered by first firing."""
+    if merge_ms < 0:
+        raise ValueError(f"merge_ms must be >= 0, got {merge_ms}")
+    ordered = sorted(events, key=lambda e: (e.bucket_ts, _STATUS_ORDER[e.status]))
+    # per key: [firings, resolved_ts, open]
+    building: dict[tuple[str, str | None], list[tuple[list[Firing], int | None, bool]]] = {}
+    for e in ordered:
+        key = (e.alertname, e.node)
+        episodes = building.setdefault(key, [])
+        last = episodes[-1] if episodes else None
+        if e.status == "resolved":
+            if last is not None and last[2]:
+                episodes[-1] = (last[0], e.bucket_ts, False)
+            continue
+        firing = Firing(e.bucket_ts, e.gpu, e.fault_class)
+        if last is not None and last[2]:
+            continue  # a re-send of the active alert
+        if last is not None and last[1] is not None and e.bucket_ts - last[1] <= merge_ms:
+            last[0].append(firing)
+            episodes[-1] = (last[0], last[1], True)
+            continue
+        episodes.append(([firing], None, True))
+    out = [
+        AlertEpisode(name, node, tuple(firings), None if is_open else resolved)
+        for (name, node), episodes in building.items()
+        for firings, resolved, is_open in episodes
+    ]
+    return sorted(out, key=lambda ep: (ep.fired_ts, ep.alertname, ep.node or ""))

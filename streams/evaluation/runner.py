@@ -1,0 +1,106 @@
+"""Run labelled scenarios through the live code path and score them.
+
+Each (scenario, seed) run: the simulator's scrape rounds go through the
+ingest's ``FrameBuilder`` and the worker's ``Pipeline`` in one process
+(``streams.offline``), exactly what the worker decides over Kafka; a
+row-remap creep, which spans weeks, also goes through the same per-GPU health
+detector on its coarse fast-path track. The alerts are scored against the
+run's ground truth (``streams.evaluation.scoring``). Runs are independent, so
+they spread over worker processes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+
+from detectors.alerts import AlertChange
+from detectors.features import per_gpu_key
+from detectors.gpu_health import GpuHealthParams, GpuHealthState, step_gpu_health
+from streams.catalog import load_xid_catalog
+from streams.evaluation.scoring import RunScore, score_run
+from streams.offline import score_rounds
+from streams.settings import Settings
+from streams.sources.simulator.remap import RemapSeries
+from streams.sources.simulator.scenarios import Scenario, get_scenario
+
+
+@dataclass
+class RunResult:
+    scenario: str
+    seed: int
+    score: RunScore
+    seconds: float
+    changes: list[AlertChange] = field(default_factory=list)
+    node_scores: list[tuple[int, str, float]] = field(default_factory=list)
+
+
+def evaluation_settings() -> Settings:
+    """The worker's defaults, grouping by the scheduler's job label as the simulator sets it."""
+    return Settings(group_labels=["train_job"])
+
+
+def remap_track_changes(track: RemapSeries, group: str, settings: Settings) -> list[AlertChange]:
+    """Feed one GPU's coarse remap track through the per-GPU health detector."""
+    catalog = load_xid_catalog(settings.xid_profile, settings.xid_overrides)
+    params = GpuHealthParams(bucket_ms=settings.bucket_ms)
+    state = GpuHealthState.new(catalog, params)
+    gpu = str(track.gpu)
+    changes: list[AlertChange] = []
+    for t_ms, correctable, uncorrectable, failure, pending in track.samples():
+        values = {
+            per_gpu_key("remap_correctable", gpu): float(correctable),
+            per_gpu_key("remap_uncorrectable", gpu): float(uncorrectable),
+            per_gpu_key("remap_failure", gpu): float(failure),
+            per_gpu_key("remap_pending", gpu): float(pending),
+        }
+        bucket = t_ms - t_ms % settings.bucket_ms
+        changes.extend(step_gpu_health(state, group, bucket, {track.node: values}, params))
+    return changes
+
+
+def run_one(name: str, seed: int, keep_scores: bool = False) -> RunResult:
+    """One scenario and seed, scored. Top-level so process pools can call it."""
+    started = time.perf_counter()
+    scenario: Scenario = get_scenario(name)
+    settings = evaluation_settings()
+    config = scenario.config_for(seed)
+    end_ms = scenario.end_ms(seed)
+    changes: list[AlertChange] = []
+    node_scores: list[tuple[int, str, float]] = []
+    for _frames, scored in score_rounds(scenario.rounds(seed), settings):
+        for item in scored:
+            changes.extend(item.changes)
+            if keep_scores:
+                node_scores.extend(
+                    (item.bucket.ts, node, verdict.score)
+                    for node, verdict in item.result.verdicts.items()
+                )
+    start_ms = config.start_ms
+    for track in scenario.remap_tracks(seed):
+        changes.extend(remap_track_changes(track, config.job_name, settings))
+        start_ms = min(start_ms, int(track.t_ms[0]) if len(track.t_ms) else start_ms)
+    score = score_run(
+        scenario.ground_truth(seed),
+        changes,
+        nodes=config.hosts,
+        start_ms=start_ms,
+        end_ms=end_ms,
+        bucket_ms=settings.bucket_ms,
+    )
+    return RunResult(name, seed, score, time.perf_counter() - started, changes, node_scores)
+
+
+def run_suite(
+    names: Sequence[str], seeds: Iterable[int], *, jobs: int = 2, plot_first: bool = False
+) -> list[RunResult]:
+    """Every (scenario, seed) pair, ``jobs`` processes at a time, in a stable order."""
+    pairs = [(name, seed) for name in names for seed in seeds]
+    keep = [plot_first and i == 0 for i in range(len(pairs))]
+    if jobs <= 1:
+        return [run_one(n, s, k) for (n, s), k in zip(pairs, keep, strict=True)]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(run_one, n, s, k) for (n, s), k in zip(pairs, keep, strict=True)]
+        return [f.result() for f in futures]
