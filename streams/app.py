@@ -22,10 +22,7 @@ from typing import Any
 import faust
 import httpx
 
-from detectors.features import DEFAULT_FEATURES, select_features
-from detectors.group import ScoringParams
 from streams.alerting import to_payload, to_record
-from streams.catalog import load_xid_catalog
 from streams.metrics import WorkerMetrics
 from streams.pipeline import Pipeline, Scored
 from streams.records import AlertRecord, Frame
@@ -70,15 +67,7 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
     state_table = app.Table(
         "group-state", default=None, partitions=settings.topic_partitions, key_type=str
     )
-    features = select_features(DEFAULT_FEATURES, settings.features)
-    pipeline = Pipeline(
-        features,
-        ScoringParams(),
-        load_xid_catalog(settings.xid_profile, settings.xid_overrides),
-        bucket_ms=settings.bucket_ms,
-        grace_s=settings.grace_s,
-        membership_buckets=settings.membership_buckets,
-    )
+    pipeline = Pipeline.from_settings(settings)
     sink_holder: dict[str, AlertmanagerSink] = {}
 
     def on_delivery(outcome: str, n: int) -> None:

@@ -13,10 +13,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from detectors.alerts import AlertChange
-from detectors.features import DEFAULT_FEATURES, select_features
-from detectors.group import ScoringParams
-from streams.catalog import load_xid_catalog
-from streams.ingest.frames import FrameBuilder, FrameData
+from streams.ingest.frames import FrameBuilder, FrameData, frame_builder_for
 from streams.ingest.series import Series
 from streams.pipeline import Pipeline, Scored
 from streams.settings import Settings
@@ -32,22 +29,7 @@ class OfflineRun:
 
 def build_pair(settings: Settings) -> tuple[FrameBuilder, Pipeline]:
     """The ingest's frame builder and the worker's pipeline, configured alike."""
-    features = select_features(DEFAULT_FEATURES, settings.features)
-    builder = FrameBuilder(
-        features,
-        node_labels=tuple(settings.node_labels),
-        group_labels=tuple(settings.group_labels),
-        bucket_ms=settings.bucket_ms,
-    )
-    pipeline = Pipeline(
-        features,
-        ScoringParams(),
-        load_xid_catalog(settings.xid_profile, settings.xid_overrides),
-        bucket_ms=settings.bucket_ms,
-        grace_s=settings.grace_s,
-        membership_buckets=settings.membership_buckets,
-    )
-    return builder, pipeline
+    return frame_builder_for(settings), Pipeline.from_settings(settings)
 
 
 def score_rounds(

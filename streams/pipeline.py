@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from detectors.alerts import AlertChange
-from detectors.features import FeatureSpec
+from detectors.features import DEFAULT_FEATURES, FeatureSpec, select_features
 from detectors.gpu_health import (
     GpuHealthParams,
     GpuHealthState,
@@ -23,6 +23,8 @@ from detectors.gpu_health import (
 )
 from detectors.group import BucketResult, GroupState, ScoringParams, score_bucket
 from detectors.xid import XidCatalog, XidEvent
+from streams.catalog import load_xid_catalog
+from streams.settings import Settings
 from streams.windows import ClosedBucket, GroupWindow
 
 
@@ -57,6 +59,18 @@ class Pipeline:
         self.states: dict[str, GroupState] = {}
         self.gpu_states: dict[str, GpuHealthState] = {}
         self._log_xids: dict[str, list[XidEvent]] = {}
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Pipeline:
+        """The pipeline the worker runs for ``settings`` (features, catalog, timing)."""
+        return cls(
+            select_features(DEFAULT_FEATURES, settings.features),
+            ScoringParams(),
+            load_xid_catalog(settings.xid_profile, settings.xid_overrides),
+            bucket_ms=settings.bucket_ms,
+            grace_s=settings.grace_s,
+            membership_buckets=settings.membership_buckets,
+        )
 
     def window(self, group: str) -> GroupWindow:
         win = self.windows.get(group)

@@ -46,11 +46,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from detectors.features import FeatureSpec, per_gpu_key
+from detectors.features import DEFAULT_FEATURES, FeatureSpec, per_gpu_key, select_features
 from streams.ingest.remote_write import is_stale_marker
 from streams.ingest.series import Series
+
+if TYPE_CHECKING:
+    from streams.settings import Settings
 
 __all__ = [
     "DROP_REASONS",
@@ -578,3 +581,13 @@ class FrameBuilder:
             for k in stale:
                 del self._series[k]
             self._last_sweep_ts = self._max_ts
+
+
+def frame_builder_for(settings: Settings) -> FrameBuilder:
+    """The frame builder the ingest runs for ``settings`` (features, labels, bucket)."""
+    return FrameBuilder(
+        select_features(DEFAULT_FEATURES, settings.features),
+        node_labels=tuple(settings.node_labels),
+        group_labels=tuple(settings.group_labels),
+        bucket_ms=settings.bucket_ms,
+    )

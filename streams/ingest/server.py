@@ -26,8 +26,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from detectors.features import DEFAULT_FEATURES, select_features
-from streams.ingest.frames import FrameBuilder
+from streams.ingest.frames import frame_builder_for
 from streams.ingest.producer import FrameProducer
 from streams.ingest.remote_write import RemoteWriteError, WriteRequestDecoder
 from streams.metrics import IngestMetrics
@@ -44,12 +43,7 @@ class Ingest:
         self.settings = settings
         self.producer = producer
         self.metrics = metrics
-        self.builder = FrameBuilder(
-            select_features(DEFAULT_FEATURES, settings.features),
-            node_labels=tuple(settings.node_labels),
-            group_labels=tuple(settings.group_labels),
-            bucket_ms=settings.bucket_ms,
-        )
+        self.builder = frame_builder_for(settings)
         # Series of metrics no feature uses are skipped before their labels are
         # parsed: most of what exporters send, and most of the decode cost.
         self.decoder = WriteRequestDecoder(
