@@ -1,0 +1,129 @@
+"""Streaming quantiles of a positive series with bounded relative error, as JSON-safe state.
+
+Used for a job's throughput P50 / P5 and its learned baseline. River's
+``stats.Quantile`` would do the streaming, but its state is a compiled object,
+not the plain JSON a Faust table keeps; this sketch is a sorted run of
+logarithmic bins instead (the DDSketch idea): a value x > 0 goes to bin
+``ceil(log_γ x)`` with γ = (1 + α) / (1 − α), and every value in a bin is
+within relative error α of the bin's representative ``2 γ^i / (γ + 1)``. So a
+quantile is exact in rank and within α (default 0.5 %) in value, whatever the
+stream's length, and a job's whole life fits in a few hundred bins. When
+``max_bins`` is exceeded the lowest bins merge (only the far low tail, where a
+P5 never reaches in practice, loses accuracy).
+
+>>> s = QuantileSketch()
+>>> for x in (100.0, 101.0, 99.0, 50.0, 100.5):
+...     s = s.add(x)
+>>> round(s.quantile(0.5), 1), round(s.quantile(0.0), 1), s.count
+(100.0, 50.0, 5)
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["QuantileSketch"]
+
+
+@dataclass(frozen=True)
+class QuantileSketch:
+    """Frozen sketch: ``add`` returns a new one. ``bins``: sorted (index, count) pairs."""
+
+    relative_accuracy: float = 0.005
+    max_bins: int = 2048
+    bins: tuple[tuple[int, int], ...] = ()
+    count: int = 0
+    low: float | None = None
+    high: float | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 < self.relative_accuracy < 0.5:
+            raise ValueError(f"relative_accuracy must be in (0, 0.5), got {self.relative_accuracy}")
+        if isinstance(self.max_bins, bool) or not isinstance(self.max_bins, int):
+            raise ValueError(f"max_bins must be an int, got {self.max_bins!r}")
+        if self.max_bins < 2:
+            raise ValueError(f"max_bins must be >= 2, got {self.max_bins}")
+        if sum(c for _, c in self.bins) != self.count:
+            raise ValueError("bin counts do not add up to count")
+
+    @property
+    def gamma(self) -> float:
+        return (1.0 + self.relative_accuracy) / (1.0 - self.relative_accuracy)
+
+    def add(self, value: float) -> QuantileSketch:
+        """The sketch with ``value`` added; a non-finite or non-positive value is ignored."""
+        x = float(value)
+        if not (math.isfinite(x) and x > 0):
+            return self
+        index = math.ceil(math.log(x) / math.log(self.gamma))
+        keys = [k for k, _ in self.bins]
+        pos = bisect.bisect_left(keys, index)
+        bins = list(self.bins)
+        if pos < len(bins) and bins[pos][0] == index:
+            bins[pos] = (index, bins[pos][1] + 1)
+        else:
+            bins.insert(pos, (index, 1))
+        if len(bins) > self.max_bins:  # merge the lowest bins into the first kept one
+            extra = len(bins) - self.max_bins + 1
+            merged = sum(c for _, c in bins[:extra])
+            bins = [(bins[extra - 1][0], merged), *bins[extra:]]
+        return QuantileSketch(
+            relative_accuracy=self.relative_accuracy,
+            max_bins=self.max_bins,
+            bins=tuple(bins),
+            count=self.count + 1,
+            low=x if self.low is None else min(self.low, x),
+            high=x if self.high is None else max(self.high, x),
+        )
+
+    def quantile(self, q: float) -> float:
+        """The value at rank ⌊q·(count − 1)⌋ of the sorted stream, within relative error α.
+
+        NaN when empty. q = 0 and q = 1 give the exact minimum and maximum.
+        """
+        if not 0 <= q <= 1:
+            raise ValueError(f"q must be in [0, 1], got {q}")
+        if self.count == 0 or self.low is None or self.high is None:
+            return math.nan
+        rank = math.floor(q * (self.count - 1))
+        if rank == 0:
+            return self.low
+        if rank == self.count - 1:
+            return self.high
+        seen = 0
+        gamma = self.gamma
+        for index, c in self.bins:
+            seen += c
+            if seen > rank:
+                value = 2.0 * gamma**index / (gamma + 1.0)
+                return min(max(value, self.low), self.high)
+        return self.high
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "relative_accuracy": self.relative_accuracy,
+            "max_bins": self.max_bins,
+            "bins": [list(b) for b in self.bins],
+            "count": self.count,
+            "low": self.low,
+            "high": self.high,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> QuantileSketch:
+        bins = tuple((int(k), int(c)) for k, c in data.get("bins", ()))
+        if any(c < 1 for _, c in bins) or [k for k, _ in bins] != sorted({k for k, _ in bins}):
+            raise ValueError("QuantileSketch: bins must be strictly increasing with counts >= 1")
+        low, high = data.get("low"), data.get("high")
+        return cls(
+            relative_accuracy=float(data.get("relative_accuracy", 0.005)),
+            max_bins=int(data.get("max_bins", 2048)),
+            bins=bins,
+            count=int(data.get("count", 0)),
+            low=None if low is None else float(low),
+            high=None if high is None else float(high),
+        )
