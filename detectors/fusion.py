@@ -335,6 +335,12 @@ def fuse_bucket(
     evidence = np.where(both, np.abs(zf), sign * zf)
     keep = usable & ~suppressed & ~collapsed & (evidence >= gate)
     evidence = np.where(keep, np.minimum(evidence, params.z_clip), 0.0)
+    # Corroborating features (temperatures) count only beside a primary one:
+    # a hot GPU that is not slow is no fault.
+    corroborating = np.array([f.corroborating for f in features], dtype=bool)
+    if corroborating.any():
+        primary_hit = (evidence[:, ~corroborating] > 0).any(axis=1)
+        evidence[:, corroborating] *= primary_hit[:, None]
     k = min(params.top_k, n_feat)
     if n_feat and n_nodes:
         score = np.partition(evidence, n_feat - k, axis=1)[:, n_feat - k :].sum(axis=1)

@@ -37,8 +37,8 @@ either way; once shifted it stays so until it is back within
 ``procs_running`` during a restart load, is one shift, not a flicker). While a
 feature is shifted:
 
-* its node evidence is *held*: it gives no node evidence, and an alert that
-  rests on it (one of its signals is that feature) gets ``unknown`` — it
+* its node evidence is *held*: it gives no node evidence, and an open alert
+  that rests on it (one of its signals is that feature) gets ``unknown`` — it
   neither advances nor counts toward resolution, so the culprit's Collapse
   stays firing through the job's death and nobody is paged for it;
 * the group gets a ``PeerwatchGroupDegraded`` observation naming the shifted
@@ -56,9 +56,11 @@ restart quiet: the job dies (idle), ~10 min later it loads its checkpoint for
 level. The idle and load buckets are one shift (one group alert), adopted
 after ``shift_adopt_after`` buckets; training returns home with no second
 alert. A job restarted at a different level is adopted and is normal from
-then on. Limits: an adopted level is normal, so an alert held on a feature
-resumes its lifecycle after adoption (a culprit still in the group 20 min into
-a job's death resolves if it now looks like its idle peers); a group whose
+then on. An open alert whose evidence was seen against a peer median that is
+not the usual level any more (the culprit's Collapse, seen at 300 K/s, after
+a long job death made 50 K/s usual) stays unknown until the group comes back
+to that level or the node leaves: a job that stays dead for hours (manual
+recovery: median 3.3 h) does not resolve its culprit. Limit: a group whose
 history begins during a restart load learns the load level and raises one
 group alert when training starts.
 
@@ -73,7 +75,7 @@ otherwise drift toward the abnormal value and flag the return to normal.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import chain, repeat
@@ -456,7 +458,14 @@ def score_bucket(
     )
     step = step_alerts(
         state.alerts,
-        _observations(fused, shifts, state.alerts, members, params.max_signals),
+        _observations(
+            fused,
+            shifts,
+            state.alerts,
+            _regime_check(shifts, levels, names, abs_floor, params),
+            members,
+            params.max_signals,
+        ),
         group=group,
         bucket_ts=bucket_ts,
         params=params.alerts,
@@ -599,22 +608,57 @@ def _matrix(
         return np.array(rows, dtype=np.float64).reshape(shape)
 
 
+def _regime_check(
+    shifts: Sequence[GroupShift],
+    levels: GroupLevels,
+    names: Sequence[str],
+    abs_floor: FloatArray,
+    params: ScoringParams,
+) -> Callable[[Signal], bool]:
+    """Whether a signal of an open alert can no longer be judged against the peers.
+
+    True when its feature is shifted this bucket, or when the alert saw it against
+    a peer median that is not the group's usual level now (more than the shift
+    threshold apart): the culprit's Collapse seen at 300 K interrupts/s says
+    nothing once a long job death has made 50 K/s the usual level. It can be
+    judged again when the group comes back (home) or from a new alert.
+    """
+    held = {s.feature for s in shifts}
+    thr = params.shift_threshold
+    usual: dict[str, tuple[float, float]] = {}  # feature → (level, tolerance), built on first use
+
+    def unjudgeable(signal: Signal) -> bool:
+        if signal.feature in held:
+            return True
+        if not usual:
+            floors = dict(zip(names, abs_floor.tolist(), strict=True))
+            usual.update(
+                (f, (level, max(thr * abs(level), floors[f])))
+                for f, level, seen in zip(levels.features, levels.level, levels.seen, strict=True)
+                if seen >= params.shift_warmup and f in floors
+            )
+        level, tolerance = usual.get(signal.feature, (math.nan, math.nan))
+        return math.isfinite(signal.median) and abs(signal.median - level) > tolerance
+
+    return unjudgeable
+
+
 def _observations(
     fused: FusedBucket,
     shifts: Sequence[GroupShift],
     alerts: Mapping[AlertKey, AlertState],
+    unjudgeable: Callable[[Signal], bool],
     members: Sequence[str],
     max_signals: int,
 ) -> dict[AlertKey, Observation]:
     unknown = Observation("unknown")
     absent = Observation("absent")
-    held = {s.feature for s in shifts}
 
     def clear(key: AlertKey) -> Observation:
-        # No evidence on the features still judged. An alert that rests on a held
-        # feature cannot be cleared by that: its evidence is unknown this bucket.
+        # No evidence on the features judged this bucket. An open alert whose own
+        # evidence cannot be judged now is not cleared by that: unknown, frozen.
         prev = alerts.get(key)
-        if held and prev is not None and any(s.feature in held for s in prev.signals):
+        if prev is not None and any(unjudgeable(s) for s in prev.signals):
             return unknown
         return absent
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from detectors.alerts import AlertChange
-from detectors.features import DEFAULT_FEATURES, FeatureSpec, select_features
+from detectors.alerts import NODE_DEVIATION, AlertChange
+from detectors.features import DEFAULT_FEATURES, FeatureSpec, class_of, select_features
 from detectors.gpu_health import (
     GpuHealthParams,
     GpuHealthState,
@@ -131,12 +131,25 @@ class Pipeline:
                 Scored(
                     bucket,
                     result,
-                    [*result.changes, *gpu_changes],
-                    [*result.active, *active_gpu_alerts(gpu_state)],
+                    [*map(self._classify, result.changes), *gpu_changes],
+                    [*map(self._classify, result.active), *active_gpu_alerts(gpu_state)],
                     time.perf_counter() - started,
                 )
             )
         return out
+
+    def _classify(self, change: AlertChange) -> AlertChange:
+        """A deviation alert names the class of the signal that leads it (network, cpu, …).
+
+        Collapse and silence are symptoms of a fail-stop: the XID, when there is
+        one, says which part failed, so they claim no class here.
+        """
+        if change.alertname != NODE_DEVIATION or any(k == "class" for k, _ in change.labels):
+            return change
+        klass = class_of(change.signals, self.features)
+        if klass is None:
+            return change
+        return replace(change, labels=tuple(sorted((*change.labels, ("class", klass)))))
 
     def _gpu_state(self, group: str) -> GpuHealthState:
         state = self.gpu_states.get(group)

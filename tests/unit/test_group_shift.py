@@ -107,18 +107,17 @@ def phases(*spec: tuple[Phase, int], seed: int = 7, nodes: Sequence[str] = NODES
 
 
 def job_death(
-    seed: int = 7, *, load: int = 0, after: int = 15
+    seed: int = 7, *, idle_for: int = 20, load: int = 0, after: int = 15, exclude: bool = True
 ) -> tuple[list[Frames], list[list[str]]]:
-    """Training 10; the culprit collapses at 10; all idle 11-30; restart without the culprit.
-
-    The restart loads for ``load`` buckets, then trains for ``after``. Returns the
-    buckets and the expected members of each.
+    """Training 10; the culprit collapses at 10; all idle from 11 for ``idle_for`` buckets;
+    then a restart (without the culprit unless ``exclude`` is False) that loads for ``load``
+    buckets and trains for ``after``. Returns the buckets and the expected members of each.
     """
-    rest = [n for n in NODES if n != CULPRIT]
-    buckets = phases((training, 11), (idle, 20), seed=seed)
+    members = [n for n in NODES if n != CULPRIT] if exclude else NODES
+    buckets = phases((training, 11), (idle, idle_for), seed=seed)
     buckets[10][CULPRIT] = collapsed(np.random.default_rng(seed + 1))
-    buckets += phases((loading, load), (training, after), seed=seed + 2, nodes=rest)
-    expected = [NODES] * 31 + [rest] * (load + after)
+    buckets += phases((loading, load), (training, after), seed=seed + 2, nodes=members)
+    expected = [NODES] * (11 + idle_for) + [members] * (load + after)
     return buckets, expected
 
 
@@ -212,6 +211,34 @@ def test_restart_load_after_job_death_is_one_group_event_and_no_node_alert() -> 
     assert group[1][0] < 31 + 55
     # training at the old level is home again: nothing shifted, no second event
     assert all(not shifted(r) for r in results[31 + 55 :])
+
+
+def test_long_job_death_keeps_the_culprit_firing_after_the_idle_level_is_adopted() -> None:
+    """Idle for an hour (manual recovery): the group alert resolves once idle is adopted, but
+    the culprit's Collapse, seen against 300 K/s, stays firing until it leaves the group."""
+    buckets, expected = job_death(idle_for=120)
+    _, results = run(buckets, expected)
+    assert transitions(results) == [
+        (10, NODE_COLLAPSE, CULPRIT, "firing"),
+        (13, GROUP_DEGRADED, None, "firing"),
+        (54, GROUP_DEGRADED, None, "resolved"),  # shifted 11-50, adopted at 50, calm 51-54
+        (131, NODE_COLLAPSE, CULPRIT, "resolved"),  # excluded at the restart
+    ]
+    for r in results[10:131]:
+        assert (NODE_COLLAPSE, CULPRIT) in {(a.alertname, a.node) for a in r.active}
+    assert all(not shifted(r) for r in results[51:])  # idle adopted; training is home again
+
+
+def test_culprit_back_to_health_after_a_long_death_resolves_once_the_group_is_home() -> None:
+    """The job restarts with the culprit (its XID only needed an application restart): its
+    Collapse resolves after resolve_after healthy buckets at the usual training level."""
+    buckets, expected = job_death(idle_for=120, exclude=False)
+    _, results = run(buckets, expected)
+    collapse = [t for t in transitions(results) if t[1] == NODE_COLLAPSE]
+    assert collapse == [
+        (10, NODE_COLLAPSE, CULPRIT, "firing"),
+        (134, NODE_COLLAPSE, CULPRIT, "resolved"),  # training again 131-134
+    ]
 
 
 @pytest.mark.parametrize(("dip", "fires"), [(1, False), (2, False), (3, True)])
