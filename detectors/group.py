@@ -166,6 +166,7 @@ class ScoringParams:
     max_signals: int = 5
     persistence: int = 3
     silent_buckets: int = 2
+    gap_min_features: int = 3
     resolve_after: int = 4
     shift_threshold: float = 0.35
     shift_release: float = 0.25
@@ -193,7 +194,7 @@ class ScoringParams:
             )
         if not (_is_real(self.shift_alpha) and 0 < self.shift_alpha <= 1):
             raise ValueError(f"shift_alpha must be in (0, 1], got {self.shift_alpha!r}")
-        for name in ("shift_warmup", "shift_adopt_after"):
+        for name in ("shift_warmup", "shift_adopt_after", "gap_min_features"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
@@ -465,6 +466,7 @@ def score_bucket(
             _regime_check(shifts, levels, names, abs_floor, params),
             members,
             params.max_signals,
+            _exporter_gaps(values, stats.present, reporting, names, params),
         ),
         group=group,
         bucket_ts=bucket_ts,
@@ -483,6 +485,38 @@ def score_bucket(
         group_shifts=shifts,
         ignored=ignored,
     )
+
+
+def _exporter_gaps(
+    values: FloatArray,
+    present: npt.NDArray[np.integer],
+    nodes: Sequence[str],
+    names: Sequence[str],
+    params: ScoringParams,
+) -> dict[str, list[str]]:
+    """Nodes that report, but lack many features nearly all their peers report.
+
+    One exporter of a node down (dcgm-exporter hung, node_exporter fine) shows
+    as missing features, not as a missing frame: it is a silence of its own.
+    A feature counts when at least 90 % of the reporting nodes have it; a node
+    is gapped when it lacks at least ``gap_min_features`` of those and a fifth
+    of them. A node's very first frame lacks its counter rates (no previous
+    sample): persistence over ``silent_buckets`` absorbs that.
+    """
+    if not nodes or not names:
+        return {}
+    common = present >= max(params.min_peers, 0.9 * len(nodes))
+    n_common = int(common.sum())
+    if not n_common:
+        return {}
+    missing = np.isnan(values) & common[None, :]
+    counts = missing.sum(axis=1)
+    need = max(params.gap_min_features, 0.2 * n_common)
+    return {
+        node: [names[j] for j in np.flatnonzero(missing[i])]
+        for i, node in enumerate(nodes)
+        if counts[i] >= need
+    }
 
 
 def _track_levels(
@@ -650,6 +684,7 @@ def _observations(
     unjudgeable: Callable[[Signal], bool],
     members: Sequence[str],
     max_signals: int,
+    gaps: Mapping[str, Sequence[str]],
 ) -> dict[AlertKey, Observation]:
     unknown = Observation("unknown")
     absent = Observation("absent")
@@ -673,7 +708,16 @@ def _observations(
             obs[(NODE_COLLAPSE, node)] = unknown
             obs[(NODE_DEVIATION, node)] = unknown
             continue
-        obs[(NODE_SILENT, node)] = absent
+        gap = gaps.get(node)
+        obs[(NODE_SILENT, node)] = (
+            Observation(
+                "present", 1.0, (),
+                f"exporter gap: {len(gap)} features its peers report are missing "
+                f"({', '.join(gap[:4])}{', …' if len(gap) > 4 else ''})",
+            )
+            if gap
+            else absent
+        )
         if not v.collapse_checked:
             obs[(NODE_COLLAPSE, node)] = unknown
         elif v.collapsed:

@@ -289,3 +289,27 @@ def test_scoring_params_feed_their_parts() -> None:
 def test_group_state_rejects_unknown_schema() -> None:
     with pytest.raises(ValueError, match="schema"):
         GroupState.from_dict({"schema": 99, "alerts": []})
+
+
+def test_a_node_missing_most_features_its_peers_report_goes_silent() -> None:
+    """One exporter down (dcgm hung, node_exporter fine): a partial silence, paged after
+    silent_buckets buckets, naming the missing features; the other nodes stay quiet."""
+    rng = np.random.default_rng(5)
+    state = GroupState()
+    changes = []
+    for i in range(4):
+        frames = {n: training(rng) for n in NODES}
+        frames["node-05"] = {k: v for k, v in frames["node-05"].items() if not k.startswith("gpu")}
+        state, result = score_bucket(
+            state, GROUP, i * BUCKET, frames, GPUS, NODES, DEFAULT_FEATURES, PARAMS
+        )
+        changes.extend(result.changes)
+    assert [(c.alertname, c.node, c.status) for c in changes] == [
+        ("PeerwatchNodeSilent", "node-05", "firing")
+    ]
+    assert "gpu_util" in changes[0].reason
+
+
+def test_gap_min_features_is_validated() -> None:
+    with pytest.raises(ValueError):
+        ScoringParams(gap_min_features=0)
