@@ -22,10 +22,11 @@ from typing import Any
 import faust
 import httpx
 
+from detectors.xid import parse_kernel_line
 from streams.alerting import to_payload, to_record
 from streams.metrics import WorkerMetrics
 from streams.pipeline import Pipeline, Scored
-from streams.records import AlertRecord, Frame
+from streams.records import AlertRecord, Frame, XidLine
 from streams.settings import Settings
 from streams.sinks.alertmanager import AlertmanagerSink
 from streams.topics import ensure_topics
@@ -117,6 +118,25 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
                 await publish(item)
             if scored:
                 state_table[group] = pipeline.snapshot(group)
+
+    xid_topic = app.topic(
+        settings.topic_xid, key_type=str, value_type=XidLine, partitions=settings.topic_partitions
+    )
+
+    @app.agent(xid_topic)
+    async def read_xid_lines(stream: Any) -> None:
+        # Same key (group) and partition count as the frames: the worker that owns
+        # a group's frames gets its log XIDs, judged with the group's next bucket.
+        async for record in stream:
+            event = parse_kernel_line(record.line)
+            if event is None:
+                log.debug("xid_line_ignored node=%s line=%r", record.node, record.line[:120])
+                continue
+            gpu = event.pci_bus_id or "unknown"
+            pipeline.add_log_xid(
+                record.group, event.with_origin(node=record.node, gpu=gpu, ts_ms=record.ts)
+            )
+            log.info("xid_line node=%s xid=%d gpu=%s", record.node, event.xid, gpu)
 
     @app.on_rebalance_complete.connect
     async def _assigned(sender: Any, **kwargs: Any) -> None:

@@ -269,3 +269,16 @@ def evaluate(
             title=f"{first.scenario} seed {first.seed}: node scores",
         )
         click.echo(f"plot: {plot}", err=True)
+
+
+@main.command("xid-log")
+@click.option("--kafka", help="Kafka URL (env PEERWATCH_KAFKA).")
+@click.option("--node", required=True, help="This node's name (as peerwatch names it).")
+@click.option("--group", required=True, help="The peer group (job) the node belongs to.")
+@click.pass_context
+def xid_log(ctx: click.Context, kafka: str | None, node: str, group: str) -> None:
+    """Ship NVRM Xid kernel log lines from stdin to the xid topic."""
+    from streams.sources.xid_log import run_xid_log
+
+    sent = run_xid_log(_settings(ctx, kafka=kafka), node, group)
+    click.echo(f"sent {sent} XID lines", err=True)

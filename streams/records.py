@@ -43,3 +43,16 @@ class AlertRecord(faust.Record, serializer="json"):
     action: str | None = None
     lead_s: float | None = None
     bucket_ts: int = 0
+
+
+class XidLine(faust.Record, serializer="json"):
+    """A kernel log line from a node (topic ``peerwatch.xid``, key = group).
+
+    Shipped by ``peerwatch xid-log`` (or any log shipper) with the node and the
+    peer group it belongs to; the worker parses ``NVRM: Xid`` lines itself.
+    """
+
+    group: str
+    node: str
+    ts: int  # epoch ms when the line was read
+    line: str

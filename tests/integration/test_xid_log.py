@@ -1,0 +1,57 @@
+"""Kernel-log XIDs: `peerwatch xid-log` → topic peerwatch.xid → worker → Alertmanager.
+
+A node's ``NVRM: Xid`` line arrives on the xid topic; the worker that owns the
+node's group judges it with the group's next bucket and pages with the
+catalog's action (79, fallen off the bus: restart the machine, then support).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from streams.settings import Settings
+from streams.sources.simulator import ClusterConfig, replay
+from streams.sources.xid_log import ship_xid_lines
+from tests.integration.harness import Deployment, alerts_in_alertmanager, wait_for
+
+BUCKET_MS = 30_000
+LINE = (
+    "[ 8123.456789] NVRM: Xid (PCI:0000:3b:00): 79, pid=2231, name=python, "
+    "GPU has fallen off the bus."
+)
+
+
+async def test_a_kernel_xid_line_pages_with_its_action(
+    kafka_bootstrap: str, alertmanager_url: str, tmp_path: Path
+) -> None:
+    deployment = Deployment.new(kafka_bootstrap, alertmanager_url, tmp_path)
+    now_ms = int(time.time() * 1000)
+    start = (now_ms - 3600_000) // BUCKET_MS * BUCKET_MS
+    config = ClusterConfig(seed=3, job_name=deployment.job, start_ms=start)
+    settings = Settings(
+        kafka=f"kafka://{kafka_bootstrap}", topic_xid=deployment.env["PEERWATCH_TOPIC_XID"]
+    )
+    with deployment.ingest(), deployment.worker():
+        await replay(deployment.write_url, config, end_ms=start + 10 * BUCKET_MS)
+        sent = await ship_xid_lines(
+            ["kernel noise that is not an XID", LINE], settings, "gpu070", deployment.job
+        )
+        assert sent == 1
+        # the next buckets close and carry the log XID with them
+        await replay(
+            deployment.write_url,
+            config,
+            start_ms=start + 10 * BUCKET_MS,
+            end_ms=start + 14 * BUCKET_MS,
+        )
+
+        async def xid_alert() -> list[dict]:
+            alerts = await alerts_in_alertmanager(alertmanager_url, deployment.job)
+            return [a for a in alerts if a["labels"]["alertname"] == "PeerwatchXid"]
+
+        (alert,) = await wait_for(xid_alert, 60, "the XID alert")
+    assert alert["labels"]["node"] == "gpu070"
+    assert alert["labels"]["gpu"] == "0000:3b:00.0"
+    assert alert["labels"]["severity"] == "critical"
+    assert alert["annotations"]["action"] in {"RESTART_BM", "CONTACT_SUPPORT"}
