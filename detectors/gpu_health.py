@@ -186,8 +186,12 @@ def _fire(state: GpuHealthState, change: AlertChange, bucket_ts: int) -> list[Al
     out: list[AlertChange] = []
     if current is not None:
         same_identity = current.change.severity == change.severity
-        if same_identity and current.change.reason == change.reason:
-            current.last_evidence_ts = bucket_ts
+        if same_identity and current.change.action == change.action:
+            # Same finding, fresher numbers (a creep's slope, say): keep the detail
+            # for re-sends, but it is no new transition.
+            state.firing[key] = _Firing(
+                replace(change, starts_bucket_ts=current.change.starts_bucket_ts), bucket_ts
+            )
             return []
         if same_identity:  # new detail (e.g. an escalated action): re-send, keep its start
             change = replace(change, starts_bucket_ts=current.change.starts_bucket_ts)
