@@ -29,6 +29,7 @@ from streams.pipeline import Pipeline, Scored
 from streams.records import AlertRecord, Frame, XidLine
 from streams.settings import Settings
 from streams.sinks.alertmanager import AlertmanagerSink
+from streams.sinks.grafana import GrafanaSink
 from streams.topics import ensure_topics
 
 log = logging.getLogger("peerwatch.worker")
@@ -69,7 +70,7 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
         "group-state", default=None, partitions=settings.topic_partitions, key_type=str
     )
     pipeline = Pipeline.from_settings(settings)
-    sink_holder: dict[str, AlertmanagerSink] = {}
+    sink_holder: dict[str, Any] = {}  # the running sinks, set by their tasks
 
     def on_delivery(outcome: str, n: int) -> None:
         metrics.deliveries.labels(sink="alertmanager", outcome=outcome).inc(n)
@@ -92,6 +93,8 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
                 change.reason,
             )
             await alerts_topic.send(key=change.node or change.group, value=to_record(change))
+        if (grafana := sink_holder.get("grafana")) is not None:
+            grafana.submit(scored.changes)
         sink = sink_holder.get("am")
         if sink is not None:
             sink.submit(to_payload(c) for c in scored.changes)
@@ -163,6 +166,25 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
                     await sink.run()
                 finally:
                     del sink_holder["am"]
+
+    if settings.grafana_url:
+
+        @app.task
+        async def annotate_grafana() -> None:
+            token = settings.grafana_token.get_secret_value() if settings.grafana_token else None
+            async with httpx.AsyncClient(timeout=10.0) as client:
+                grafana = GrafanaSink(
+                    settings.grafana_url,
+                    client,
+                    token=token,
+                    dashboard_uid=settings.grafana_dashboard_uid,
+                    bucket_ms=settings.bucket_ms,
+                )
+                sink_holder["grafana"] = grafana
+                try:
+                    await grafana.run()
+                finally:
+                    del sink_holder["grafana"]
 
     app.peerwatch_pipeline = pipeline  # type: ignore[attr-defined]  # for tests and the demo
     return app

@@ -67,6 +67,9 @@ class Settings(BaseSettings):
     alert_resend_s: float = Field(60.0, gt=0)
     grafana_url: str | None = None
     grafana_token: SecretStr | None = None
+    grafana_dashboard_uid: str | None = Field(
+        None, description="annotate this dashboard; organisation-wide (found by tags) if unset"
+    )
 
     @field_validator("node_labels", "group_labels")
     @classmethod
