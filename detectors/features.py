@@ -410,6 +410,25 @@ DEFAULT_FEATURES: tuple[FeatureSpec, ...] = (
         abs_floor=100.0,
         rel_floor=0.02,
     ),
+    # Per-GPU figures for fail-slow localisation (detectors.failslow): a slow GPU
+    # stays busy while its peers wait, so its SM activity is *higher* than theirs
+    # -- the node's min (gpu_sm_active) hides it; its clock is lower, and a
+    # throttling reason bit says why. Compared per GPU against the role's GPUs.
+    FeatureSpec("sm_active", ("DCGM_FI_PROF_SM_ACTIVE",), "gauge", scored=False, per_gpu=True),
+    FeatureSpec(
+        "sm_clock_mhz",
+        ("DCGM_FI_DEV_SM_CLOCK", "all_smi_gpu_frequency_mhz"),
+        "gauge",
+        scored=False,
+        per_gpu=True,
+    ),
+    FeatureSpec(  # NVML clock event (formerly "throttle") reasons: a bitmask
+        "clock_event_reasons",
+        ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"),
+        "gauge",
+        scored=False,
+        per_gpu=True,
+    ),
     # Per-GPU health, judged by detectors.gpu_health (not against peers).
     # DCGM's XID gauge holds the *last* XID of each GPU: only changes matter.
     FeatureSpec("xid_last", ("DCGM_FI_DEV_XID_ERRORS",), "gauge", scored=False, per_gpu=True),

@@ -42,6 +42,15 @@ holds for silence: when more than ``cluster_fraction`` of the expected nodes
 sent nothing (an ingest or network outage), that is one group event, not a
 page per node. A single node is never "cluster-wide" (an event needs >= 2).
 
+Learned scoring (:mod:`detectors.group` passes both): soft evidence may be
+fused on each node's *residual* — its change from its own usual z
+(:mod:`detectors.baseline`) — instead of the raw z, so a node that is always
+different in the same way is no evidence; collapse stays on raw values, and
+signals keep the raw z, value and median beside the node's usual. And a
+multivariate model's judgement (:class:`ModelJudgement`) can make a node
+deviating through an *unusual combination* of features none of which reaches
+the gate on its own.
+
 A shift shared by most of the group moves the median itself and so is
 invisible to peer z by construction; spotting it needs the group's own history,
 which this stateless module does not keep. The caller that does
@@ -67,6 +76,7 @@ __all__ = [
     "FusedBucket",
     "FusionParams",
     "GroupEvent",
+    "ModelJudgement",
     "NodeVerdict",
     "Signal",
     "fuse_bucket",
@@ -78,6 +88,8 @@ VerdictStatus = Literal["silent", "unscored", "collapse", "deviating", "ok"]
 
 SILENCE_FEATURE = "frames"  # the GroupEvent feature name for a group-wide silence
 _SIGN = {"up": 1.0, "down": -1.0, "both": 0.0}  # which sign of z is bad; 0 = either
+# A signal names the node's usual z when the residual is this far (in sigmas) from the raw z.
+_SHOW_USUAL_FROM = 0.5
 
 
 @dataclass(frozen=True)
@@ -131,23 +143,51 @@ def _from_json_float(x: Any) -> float:
 
 @dataclass(frozen=True)
 class Signal:
-    """One contributing feature of a verdict: its z, the node's value, the peer median, the GPU."""
+    """One contributing feature of a verdict: its z, the node's value, the peer median, the GPU.
+
+    ``z``, ``value`` and ``median`` are always the raw peer comparison (what an
+    SRE can check on a dashboard). Where the node's learned usual z is known
+    (:mod:`detectors.baseline`), ``usual`` is it and ``residual`` the change
+    from it in the node's own spreads — what soft evidence was fused on; both
+    are NaN otherwise. ``share``: for an unusual combination, the feature's
+    share of the model's distance (0-1; NaN otherwise).
+    """
 
     feature: str
     z: float
     value: float
     median: float
     gpu: str | None = None
+    residual: float = math.nan
+    usual: float = math.nan
+    share: float = math.nan
+
+    @property
+    def differs_from_usual(self) -> bool:
+        """The residual says something the raw z does not (the node's usual is not ~0)."""
+        return math.isfinite(self.usual) and abs(self.residual - self.z) >= _SHOW_USUAL_FROM
+
+    def describe(self) -> str:
+        """``gpu_util z=-5.2``, or ``… z=-5.2 vs its usual -1.0`` where the usual matters."""
+        text = f"{self.feature} z={self.z:+.1f}"
+        if self.differs_from_usual:
+            text += f" vs its usual {self.usual:+.1f}"
+        return text
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe dict (non-finite floats become None)."""
-        return {
+        """JSON-safe dict (non-finite floats become None; the learned parts only when known)."""
+        out: dict[str, Any] = {
             "feature": self.feature,
             "z": _json_float(self.z),
             "value": _json_float(self.value),
             "median": _json_float(self.median),
             "gpu": self.gpu,
         }
+        for key in ("residual", "usual", "share"):
+            x = getattr(self, key)
+            if math.isfinite(x):
+                out[key] = float(x)
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Signal:
@@ -158,6 +198,9 @@ class Signal:
             value=_from_json_float(data["value"]),
             median=_from_json_float(data["median"]),
             gpu=None if gpu is None else str(gpu),
+            residual=_from_json_float(data.get("residual")),
+            usual=_from_json_float(data.get("usual")),
+            share=_from_json_float(data.get("share")),
         )
 
 
@@ -221,7 +264,11 @@ class NodeVerdict:
     ``collapse_checked``: likewise for the features that carry a collapse
     signature. ``score``: fused soft evidence; ``deviating``: score reached the
     threshold. ``collapsed``: features showing the hard collapse signature.
-    ``signals``: top contributors (soft evidence or collapse) by |z|, descending.
+    ``signals``: top contributors (soft evidence or collapse), strongest first.
+    ``combination``: the deviation is an unusual combination found by the
+    group's multivariate model while no single feature reached the gate
+    (:func:`with_combinations`; ``score`` is then the threshold itself).
+    ``model_score``: that model's score in [0, 1] (NaN: not scored).
     """
 
     node: str
@@ -233,6 +280,8 @@ class NodeVerdict:
     collapsed: tuple[str, ...]
     signals: tuple[Signal, ...]
     reason: str
+    combination: bool = False
+    model_score: float = math.nan
 
     @property
     def status(self) -> VerdictStatus:
@@ -249,6 +298,24 @@ class NodeVerdict:
         """Largest |z| among collapsed features (0 without a collapse)."""
         zs = [abs(s.z) for s in self.signals if s.feature in self.collapsed]
         return max(zs, default=0.0)
+
+
+@dataclass(frozen=True, eq=False)
+class ModelJudgement:
+    """What a multivariate model (:class:`detectors.multivariate.GroupModel`) said this bucket.
+
+    Rows are the reporting nodes, as in :func:`fuse_bucket`. ``scores``: each
+    node's score in [0, 1] (NaN: not scored). ``flagged``: the model's own
+    verdict (score >= 1 - ``alpha``). ``shares``: nodes x features, each
+    feature's share of the node's distance (:meth:`GroupModel.explain`); only
+    the flagged rows are read. ``alpha``: the model's tail probability, for the
+    reason text.
+    """
+
+    scores: FloatArray
+    flagged: npt.NDArray[np.bool_]
+    shares: FloatArray
+    alpha: float
 
 
 @dataclass(frozen=True)
@@ -277,19 +344,43 @@ def fuse_bucket(
     silent: Sequence[str],
     params: FusionParams,
     held: npt.ArrayLike | None = None,
+    residual: npt.ArrayLike | None = None,
+    usual: npt.ArrayLike | None = None,
+    model: ModelJudgement | None = None,
 ) -> FusedBucket:
     """Fuse one bucket.
 
     ``values`` and ``z`` are ``len(nodes) x len(features)`` (NaN = missing);
-    ``z`` is usually :func:`detectors.peer.peer_zscores`'s, but any per-feature
-    standardised deviation (e.g. a residual against a node's learned normal)
-    fits. ``median`` is the per-feature peer median (NaN = no reference).
-    ``silent`` lists expected nodes that sent no frame; they get a verdict too.
-    ``gpus[node][feature]`` names the GPU behind a feature's value, if any.
-    ``held`` (one bool per feature, default none): features whose node evidence
-    is unknown this bucket because the group as a whole moved. They give no
-    soft evidence, no collapse and no cluster-wide event; a node left with only
-    held features is unscored (unknown, not clear).
+    ``z`` is :func:`detectors.peer.peer_zscores`'s (or any per-feature
+    standardised deviation). ``median`` is the per-feature peer median (NaN =
+    no reference). ``silent`` lists expected nodes that sent no frame; they get
+    a verdict too. ``gpus[node][feature]`` names the GPU behind a feature's
+    value, if any. ``held`` (one bool per feature, default none): features
+    whose node evidence is unknown this bucket because the group as a whole
+    moved. They give no soft evidence, no collapse and no cluster-wide event; a
+    node left with only held features is unscored (unknown, not clear).
+
+    ``residual`` (same shape as ``z``, default: ``z`` itself): each node's
+    change from its learned usual z (:func:`detectors.baseline.update_and_residuals`).
+    Soft evidence is fused on it, so a node that is always different in the
+    same way is not evidence; collapse and the signals' z/value/median stay
+    raw (a node that collapses is caught whatever its history). A NaN residual
+    where z is finite gives no soft evidence. The cluster-wide guard suppresses
+    the cells of a feature on which more than ``cluster_fraction`` of the nodes
+    deviate the same bad way by raw z *or* by residual (the second is only
+    suppressed, not reported: a sub-population leaving its usual together, a
+    changed job layout, is no node's fault and no degradation either).
+    ``usual`` (same shape; NaN = unknown): the node's usual z, shown on signals.
+
+    ``model`` (optional): a multivariate model's judgement of the residual
+    vectors. A node it flags while none of its residuals reaches the gate
+    either way (and nothing collapsed) is *deviating* through an unusual
+    combination — soft evidence like any other, so persistence applies —
+    provided at least half of its positive share of the distance lies on
+    features deviating the bad way (a node unusually *healthy* on several
+    features at once is no fault). When more than ``cluster_fraction`` of the
+    scored nodes (and at least two) qualify, the combination is the group's and
+    nobody is blamed.
     """
     x = np.asarray(values, dtype=np.float64)
     zm = np.asarray(z, dtype=np.float64)
@@ -300,6 +391,13 @@ def fuse_bucket(
             f"values {x.shape} and z {zm.shape} must both be nodes x features "
             f"= ({n_nodes}, {n_feat})"
         )
+    rm = zm if residual is None else np.asarray(residual, dtype=np.float64)
+    um = None if usual is None else np.asarray(usual, dtype=np.float64)
+    for name, arr in (("residual", rm), ("usual", um)):
+        if arr is not None and arr.shape != (n_nodes, n_feat):
+            raise ValueError(
+                f"{name} must be nodes x features = ({n_nodes}, {n_feat}), got {arr.shape}"
+            )
     if med.shape != (n_feat,):
         raise ValueError(f"median must have one value per feature ({n_feat}), got {med.shape}")
     overlap = set(nodes) & set(silent)
@@ -329,17 +427,27 @@ def fuse_bucket(
     n_up, n_down = up_dev.sum(axis=0), down_dev.sum(axis=0)
     group_up = (n_up > cf * present) & (n_up >= 2) & (sign >= 0)
     group_down = (n_down > cf * present) & (n_down >= 2) & (sign <= 0)
-    suppressed = (up_dev & group_up) | (down_dev & group_down)
+    if residual is None:
+        rf = zf
+        suppressed = (up_dev & group_up) | (down_dev & group_down)
+    else:
+        with np.errstate(invalid="ignore"):
+            rf = np.where(usable & np.isfinite(rm), rm, 0.0)
+        r_up, r_down = usable & (rf >= gate), usable & (rf <= -gate)
+        n_rup, n_rdown = r_up.sum(axis=0), r_down.sum(axis=0)
+        any_up = group_up | ((n_rup > cf * present) & (n_rup >= 2) & (sign >= 0))
+        any_down = group_down | ((n_rdown > cf * present) & (n_rdown >= 2) & (sign <= 0))
+        suppressed = ((up_dev | r_up) & any_up) | ((down_dev | r_down) & any_down)
 
     collapsed = _collapse_mask(x, med, usable, group_down, features)
-    evidence = np.where(both, np.abs(zf), sign * zf)
+    evidence = np.where(both, np.abs(rf), sign * rf)
     keep = usable & ~suppressed & ~collapsed & (evidence >= gate)
     evidence = np.where(keep, np.minimum(evidence, params.z_clip), 0.0)
     # Corroborating features (temperatures) count only beside a primary one:
     # a hot GPU that is not slow is no fault.
     corroborating = np.array([f.corroborating for f in features], dtype=bool)
     if corroborating.any():
-        primary_hit = (evidence[:, ~corroborating] > 0).any(axis=1)
+        primary_hit = np.asarray((evidence[:, ~corroborating] > 0).any(axis=1), dtype=bool)
         evidence[:, corroborating] *= primary_hit[:, None]
     k = min(params.top_k, n_feat)
     if n_feat and n_nodes:
@@ -352,6 +460,13 @@ def fuse_bucket(
     collapse_cols = np.array([f.collapse_ratio is not None for f in features], dtype=bool)
     node_collapse_checked = (usable & collapse_cols[None, :]).any(axis=1)
     contributing = (evidence > 0) | collapsed
+    combo = np.zeros(n_nodes, dtype=bool)
+    if model is not None:
+        combo, model_scores = _combinations(
+            model, rf, usable, collapsed, sign, gate, cf, node_scored, n_feat
+        )
+    else:
+        model_scores = np.full(n_nodes, np.nan)
 
     events = _group_events(names, zf, x, med, up_dev, down_dev, group_up, group_down, present)
     n_expected = n_nodes + len(silent)
@@ -366,41 +481,55 @@ def fuse_bucket(
 
     verdicts: dict[str, NodeVerdict] = {}
     has_contribution = np.asarray(contributing.any(axis=1), dtype=bool)
-    for i, node in enumerate(nodes):
-        node_score = float(score[i])
-        if not has_contribution[i] and node_scored[i]:  # the common case: nothing to say
+    shown_residual = None if residual is None else rm
+    # Python lists: the loop below runs once per node and bucket, numpy scalars cost more
+    rows = zip(
+        score.tolist(),
+        # math.nan itself where there is no score, so verdicts compare equal run to run
+        [m if m == m else math.nan for m in model_scores.tolist()],
+        combo.tolist(),
+        has_contribution.tolist(),
+        node_scored.tolist(),
+        node_collapse_checked.tolist(),
+        strict=True,
+    )
+    for i, (node, row) in enumerate(zip(nodes, rows, strict=True)):
+        node_score, model_score, is_combo, contributes, is_scored, checked = row
+        if model is not None and is_combo:
+            verdicts[node] = _combination_verdict(
+                node, i, model, model_score, checked,
+                names, zm, x, med, shown_residual, um, usable, gpus.get(node), params,
+            )  # fmt: skip
+            continue
+        if not contributes and is_scored:  # the common case: nothing to say
             verdicts[node] = NodeVerdict(
                 node=node,
                 silent=False,
                 scored=True,
-                collapse_checked=bool(node_collapse_checked[i]),
+                collapse_checked=checked,
                 score=0.0,
                 deviating=False,
                 collapsed=(),
                 signals=(),
                 reason="",
+                model_score=model_score,
             )
             continue
         deviating = node_score >= params.score_threshold
         signals: tuple[Signal, ...] = ()
         collapsed_names: tuple[str, ...] = ()
-        if has_contribution[i]:
+        if contributes:
             cols = np.flatnonzero(contributing[i])
-            order = cols[np.argsort(-np.abs(zm[i, cols]), kind="stable")][: params.max_signals]
-            node_gpus = gpus.get(node) or {}
+            # collapses by |z| (their strength), soft evidence by what was fused
+            strength = np.where(collapsed[i, cols], np.abs(zm[i, cols]), np.abs(rf[i, cols]))
+            order = cols[np.argsort(-strength, kind="stable")][: params.max_signals]
+            node_gpus = gpus.get(node)
             signals = tuple(
-                Signal(
-                    names[c],
-                    float(zm[i, c]),
-                    float(x[i, c]),
-                    float(med[c]),
-                    _gpu_label(node_gpus.get(names[c])),
-                )
-                for c in order
+                _signal(names[c], i, c, zm, x, med, shown_residual, um, node_gpus) for c in order
             )
             collapsed_names = tuple(names[c] for c in np.flatnonzero(collapsed[i]))
         reason = _reason(
-            bool(node_scored[i]),
+            is_scored,
             bool(node_judged[i]),
             node_score,
             deviating,
@@ -412,13 +541,14 @@ def fuse_bucket(
         verdicts[node] = NodeVerdict(
             node=node,
             silent=False,
-            scored=bool(node_scored[i]),
-            collapse_checked=bool(node_collapse_checked[i]),
+            scored=is_scored,
+            collapse_checked=checked,
             score=node_score,
             deviating=deviating,
             collapsed=collapsed_names,
             signals=signals,
             reason=reason,
+            model_score=model_score,
         )
     silent_reason = (
         f"no frame in this bucket (group-wide: {len(silent)}/{n_expected} silent)"
@@ -447,6 +577,119 @@ def fuse_bucket(
 
 def _gpu_label(gpu: object) -> str | None:
     return None if gpu is None else str(gpu)
+
+
+def _finite_or_nan(x: float) -> float:
+    # math.nan itself (not any NaN) so that signals read back from JSON compare equal
+    return x if math.isfinite(x) else math.nan
+
+
+def _signal(
+    name: str,
+    i: int,
+    j: int,
+    z: FloatArray,
+    x: FloatArray,
+    med: FloatArray,
+    residual: FloatArray | None,
+    usual: FloatArray | None,
+    node_gpus: Mapping[str, str] | None,
+    share: float = math.nan,
+) -> Signal:
+    """The signal of cell (i, j): raw z/value/median, the learned usual where known."""
+    u = math.nan if usual is None else _finite_or_nan(float(usual[i, j]))
+    r = math.nan if residual is None or math.isnan(u) else _finite_or_nan(float(residual[i, j]))
+    return Signal(
+        name,
+        float(z[i, j]),
+        float(x[i, j]),
+        float(med[j]),
+        _gpu_label((node_gpus or {}).get(name)),
+        residual=r,
+        usual=u,
+        share=_finite_or_nan(share),
+    )
+
+
+def _combinations(
+    model: ModelJudgement,
+    rf: FloatArray,
+    usable: npt.NDArray[np.bool_],
+    collapsed: npt.NDArray[np.bool_],
+    sign: FloatArray,
+    gate: float,
+    cluster_fraction: float,
+    node_scored: npt.NDArray[np.bool_],
+    n_feat: int,
+) -> tuple[npt.NDArray[np.bool_], FloatArray]:
+    """(nodes deviating through an unusual combination, model score per node)."""
+    n_nodes = rf.shape[0]
+    scores = np.asarray(model.scores, dtype=np.float64)
+    flagged = np.asarray(model.flagged, dtype=bool)
+    if scores.shape != (n_nodes,) or flagged.shape != (n_nodes,):
+        raise ValueError(f"model scores and flags must have one entry per node ({n_nodes})")
+    combo = flagged & node_scored & ~collapsed.any(axis=1)
+    if combo.any():
+        combo &= ~(usable & (np.abs(rf) >= gate)).any(axis=1)  # a gated feature is fusion's
+    if combo.any():
+        shares = np.asarray(model.shares, dtype=np.float64)
+        if shares.shape != (n_nodes, n_feat):
+            raise ValueError(f"model shares must be nodes x features = ({n_nodes}, {n_feat})")
+        rows = np.flatnonzero(combo)
+        sh = np.where(usable[rows] & np.isfinite(shares[rows]), shares[rows], 0.0)
+        positive = np.maximum(sh, 0.0)
+        bad_way = (sign[None, :] == 0.0) | (sign[None, :] * rf[rows] > 0)
+        combo[rows] = (positive * bad_way).sum(axis=1) >= 0.5 * positive.sum(axis=1)
+        count = int(combo.sum())
+        if count >= 2 and count > cluster_fraction * int(node_scored.sum()):
+            combo[:] = False  # the group's combination, not a node's
+    return combo, scores
+
+
+def _combination_verdict(
+    node: str,
+    i: int,
+    model: ModelJudgement,
+    model_score: float,
+    collapse_checked: bool,
+    names: Sequence[str],
+    z: FloatArray,
+    x: FloatArray,
+    med: FloatArray,
+    residual: FloatArray | None,
+    usual: FloatArray | None,
+    usable: npt.NDArray[np.bool_],
+    node_gpus: Mapping[str, str] | None,
+    params: FusionParams,
+) -> NodeVerdict:
+    """A node deviating through an unusual combination: the top features by share of d²."""
+    shares = np.where(usable[i] & np.isfinite(model.shares[i]), model.shares[i], 0.0)
+    total = float(np.maximum(shares, 0.0).sum())
+    cols = np.flatnonzero(shares > 0)
+    order = cols[np.argsort(-shares[cols], kind="stable")][: params.max_signals]
+    signals = tuple(
+        _signal(names[c], i, c, z, x, med, residual, usual, node_gpus, float(shares[c]) / total)
+        for c in order
+    )
+    listed = ", ".join(f"{s.describe()} ({s.share:.0%})" for s in signals)
+    tail = 1.0 - model_score if math.isfinite(model_score) else math.nan
+    reason = (
+        f"unusual combination (multivariate p={tail:.1g} <= {model.alpha:g}; "
+        f"no single feature at |z| >= {params.z_evidence:g}): {listed}"
+    )
+    return NodeVerdict(
+        node=node,
+        silent=False,
+        scored=True,
+        collapse_checked=collapse_checked,
+        score=params.score_threshold,
+        deviating=True,
+        collapsed=(),
+        signals=signals,
+        reason=reason,
+        combination=True,
+        model_score=model_score,
+    )
 
 
 def _collapse_mask(
@@ -536,7 +779,7 @@ def _reason(
         parts.append("collapse: " + "; ".join(hits))
     soft = [s for s in signals if s.feature not in collapsed]
     if deviating:
-        listed = ", ".join(f"{s.feature} z={s.z:+.1f}" for s in soft)
+        listed = ", ".join(s.describe() for s in soft)
         parts.append(f"score {score:.1f} >= {params.score_threshold:g}: {listed}")
     elif score > 0:
         parts.append(f"score {score:.1f} < {params.score_threshold:g}")

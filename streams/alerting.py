@@ -20,6 +20,8 @@ SUMMARIES = {
     "PeerwatchGroupDegraded": "group {group}: peers deviate together (not a node fault)",
     "PeerwatchXid": "{node}: GPU XID error",
     "PeerwatchRowRemap": "{node}: GPU row remapping",
+    "PeerwatchFailSlow": "{node}: slows its job down (fail-slow culprit)",
+    "PeerwatchJobSlow": "group {group}: job slowed down, no node to blame",
 }
 
 

@@ -80,6 +80,10 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
         metrics.buckets.labels(group=bucket.group).inc()
         metrics.bucket_nodes.labels(group=bucket.group).set(len(bucket.frames))
         metrics.score_seconds.observe(scored.seconds)
+        slo = pipeline.slo_summary(bucket.group)
+        if slo is not None:
+            verdict = scored.failslow
+            metrics.observe_slo(bucket.group, slo, slow=verdict.slow if verdict else None)
         for change in scored.changes:
             metrics.alerts.labels(alertname=change.alertname, status=change.status).inc()
             log.info(

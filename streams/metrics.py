@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from detectors.failslow.slo import SloSummary
+
 
 @dataclass
 class IngestMetrics:
@@ -41,6 +43,8 @@ class IngestMetrics:
 @dataclass
 class WorkerMetrics:
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    # (metric, group) -> the job total last exported, for counters fed from running totals
+    _exported: dict[tuple[str, str], float] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         r = self.registry
@@ -81,3 +85,98 @@ class WorkerMetrics:
             ["sink", "outcome"],
             registry=r,
         )
+        self._slo_gauges()
+        self._slo_counters()
+
+    def _slo_gauges(self) -> None:
+        r = self.registry
+        unit = "in the trainer's unit: tokens/s, or iterations/s"
+        self.job_throughput_baseline = Gauge(
+            "peerwatch_job_throughput_baseline",
+            f"the job's expected throughput (median of its healthy buckets), {unit}",
+            ["group"],
+            registry=r,
+        )
+        self.job_throughput_p50 = Gauge(
+            "peerwatch_job_throughput_p50",
+            f"median of the job's observed throughput, {unit}",
+            ["group"],
+            registry=r,
+        )
+        self.job_throughput_p5 = Gauge(
+            "peerwatch_job_throughput_p5",
+            f"5th percentile of the job's observed throughput, {unit}",
+            ["group"],
+            registry=r,
+        )
+        self.job_slow = Gauge(
+            "peerwatch_job_slow",
+            "1 while a confirmed slowdown (>= 10 %, sustained) of the job is open",
+            ["group"],
+            registry=r,
+        )
+
+    def _slo_counters(self) -> None:
+        r = self.registry
+        self.job_seconds_below_slo = Counter(
+            "peerwatch_job_seconds_below_slo",
+            "seconds the job ran below the SLO band (a fraction of its baseline)",
+            ["group"],
+            registry=r,
+        )
+        self.job_gpu_hours_allocated = Counter(
+            "peerwatch_job_gpu_hours_allocated",
+            "GPU-hours allocated to the job",
+            ["group"],
+            registry=r,
+        )
+        self.job_gpu_hours_in_band = Counter(
+            "peerwatch_job_gpu_hours_in_band",
+            "GPU-hours the job ran within the SLO band",
+            ["group"],
+            registry=r,
+        )
+        self.job_gpu_hours_lost = Counter(
+            "peerwatch_job_gpu_hours_lost",
+            "GPU-hours lost to running below the baseline",
+            ["group"],
+            registry=r,
+        )
+        self.job_gpu_hours_healthy_waiting = Counter(
+            "peerwatch_job_gpu_hours_healthy_waiting",
+            "healthy GPU-hours spent waiting on a slow culprit",
+            ["group"],
+            registry=r,
+        )
+        self.job_slow_incidents = Counter(
+            "peerwatch_job_slow_incidents", "fail-slow incidents of the job", ["group"], registry=r
+        )
+
+    def observe_slo(self, group: str, summary: SloSummary, *, slow: bool | None = None) -> None:
+        """Export one job's SLO figures (``Pipeline.slo_summary``); ``slow``: the last verdict.
+
+        The summary holds running totals; the counters advance by what the totals
+        grew since the last call (a total that went down -- a group restored from
+        an older snapshot -- is taken as the new mark without moving the counter).
+        """
+        for gauge, value in (
+            (self.job_throughput_baseline, summary.baseline),
+            (self.job_throughput_p50, summary.p50),
+            (self.job_throughput_p5, summary.p5),
+        ):
+            if value is not None:
+                gauge.labels(group=group).set(value)
+        if slow is not None:
+            self.job_slow.labels(group=group).set(1.0 if slow else 0.0)
+        for name, counter, total in (
+            ("seconds_below", self.job_seconds_below_slo, summary.seconds_below),
+            ("allocated", self.job_gpu_hours_allocated, summary.gpu_hours_allocated),
+            ("in_band", self.job_gpu_hours_in_band, summary.gpu_hours_in_band),
+            ("lost", self.job_gpu_hours_lost, summary.gpu_hours_lost),
+            ("waiting", self.job_gpu_hours_healthy_waiting, summary.healthy_gpu_hours_waiting),
+            ("incidents", self.job_slow_incidents, float(summary.incident_count)),
+        ):
+            grown = total - self._exported.get((name, group), 0.0)
+            if grown > 0:
+                counter.labels(group=group).inc(grown)
+            self._exported[(name, group)] = total

@@ -4,16 +4,41 @@ The Faust worker and the offline paths (demo's direct mode, evaluate,
 backtest) run this same object, so what is measured offline is what runs live.
 It holds per-group windows and detector state; ``snapshot``/``restore`` give
 the JSON-safe form the worker keeps in a changelogged Faust table.
+
+Per group and closed bucket, three detector families run in turn: the peer
+scoring (``detectors.group``), per-GPU health (``detectors.gpu_health``) and
+fail-slow (``detectors.failslow``: the job's throughput from its trainer
+metrics, change points, culprit localisation among the group's nodes, staged
+advice, throughput-SLO accounting, and the ``PeerwatchFailSlow`` /
+``PeerwatchJobSlow`` alerts). A group is one job here (``group_labels`` set to
+the scheduler's job label), and all its nodes are one role: frames carry no
+rank labels yet.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from detectors.alerts import NODE_DEVIATION, AlertChange
+from detectors.failslow.alerts import (
+    FailSlowAlertParams,
+    FailSlowAlertState,
+    step_failslow_alerts,
+)
+from detectors.failslow.inputs import InputParams, job_inputs
+from detectors.failslow.localise import NodeMetrics
+from detectors.failslow.mitigation import MitigationParams
+from detectors.failslow.monitor import (
+    FailSlowParams,
+    FailSlowState,
+    FailSlowVerdict,
+    step_failslow,
+)
+from detectors.failslow.slo import SloParams, SloSummary, summarise
 from detectors.features import DEFAULT_FEATURES, FeatureSpec, class_of, select_features
 from detectors.gpu_health import (
     GpuHealthParams,
@@ -32,9 +57,30 @@ from streams.windows import ClosedBucket, GroupWindow
 class Scored:
     bucket: ClosedBucket
     result: BucketResult  # the peer scoring
-    changes: list[AlertChange]  # every alert transition: peer scoring + per-GPU health
+    changes: list[AlertChange]  # every alert transition: peer scoring, per-GPU health, fail-slow
     active: list[AlertChange]  # every firing alert of the group after this bucket
     seconds: float  # time spent scoring
+    failslow: FailSlowVerdict | None = None  # the job's fail-slow verdict (None: stale bucket)
+
+
+@dataclass
+class _FailSlowGroup:
+    """One group's fail-slow state; ``window`` (the last buckets' node metrics) is not kept
+    across restarts: it refills in ``localise_buckets`` buckets."""
+
+    state: FailSlowState = field(default_factory=FailSlowState)
+    alerts: FailSlowAlertState = field(default_factory=FailSlowAlertState)
+    window: list[tuple[int, Mapping[str, NodeMetrics]]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"state": self.state.to_dict(), "alerts": self.alerts.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> _FailSlowGroup:
+        return cls(
+            FailSlowState.from_dict(data.get("state", {})),
+            FailSlowAlertState.from_dict(data.get("alerts", {})),
+        )
 
 
 class Pipeline:
@@ -47,17 +93,24 @@ class Pipeline:
         bucket_ms: int = 30_000,
         grace_s: float = 20.0,
         membership_buckets: int = 20,
+        failslow: FailSlowParams | None = None,
     ) -> None:
         self.features = tuple(features)
         self.params = params
         self.catalog = catalog
         self.gpu_params = GpuHealthParams(bucket_ms=bucket_ms)
+        self.failslow_params = failslow or failslow_params(bucket_ms)
+        self.failslow_inputs = InputParams(gpus_per_node=self.failslow_params.slo.gpus_per_node)
+        self.failslow_alert_params = FailSlowAlertParams(
+            resolve_after=self.failslow_params.slo.merge_gap_buckets or 1, bucket_ms=bucket_ms
+        )
         self.bucket_ms = bucket_ms
         self.grace_s = grace_s
         self.membership_buckets = membership_buckets
         self.windows: dict[str, GroupWindow] = {}
         self.states: dict[str, GroupState] = {}
         self.gpu_states: dict[str, GpuHealthState] = {}
+        self.failslow_groups: dict[str, _FailSlowGroup] = {}
         self._log_xids: dict[str, list[XidEvent]] = {}
 
     @classmethod
@@ -127,16 +180,66 @@ class Pipeline:
                 log_events=self._log_xids.pop(group, ()),
                 symptoms=[*result.active, *result.changes],
             )
+            verdict, slow_changes, slow_active = self._step_failslow(group, bucket)
             out.append(
                 Scored(
                     bucket,
                     result,
-                    [*map(self._classify, result.changes), *gpu_changes],
-                    [*map(self._classify, result.active), *active_gpu_alerts(gpu_state)],
+                    [*map(self._classify, result.changes), *gpu_changes, *slow_changes],
+                    [
+                        *map(self._classify, result.active),
+                        *active_gpu_alerts(gpu_state),
+                        *slow_active,
+                    ],
                     time.perf_counter() - started,
+                    verdict,
                 )
             )
         return out
+
+    def _step_failslow(
+        self, group: str, bucket: ClosedBucket
+    ) -> tuple[FailSlowVerdict | None, tuple[AlertChange, ...], tuple[AlertChange, ...]]:
+        """The job's throughput and node metrics → verdict → fail-slow alert changes."""
+        slow = self.failslow_groups.get(group)
+        if slow is None:
+            slow = self.failslow_groups[group] = _FailSlowGroup()
+        index = bucket.ts // self.bucket_ms
+        last = slow.state.changepoint.last_bucket
+        if last is not None and index <= last:  # stale (a redelivery after a restart)
+            return None, (), slow.alerts.active()
+        inputs = job_inputs(bucket.frames, bucket.gpus, self.failslow_inputs)
+        keep = self.failslow_params.localise_buckets
+        slow.window = [(i, m) for i, m in slow.window if i > index - keep]
+        if math.isfinite(inputs.throughput):
+            # Only a training job's metrics describe it: while it reports no
+            # throughput (dead, restarting) nothing is localised or learnt from them.
+            slow.window.append((index, inputs.metrics))
+        metrics = [m for _, m in slow.window] if math.isfinite(inputs.throughput) else []
+        slow.state, verdict = step_failslow(
+            slow.state,
+            self.failslow_params,
+            bucket=index,
+            throughput=inputs.throughput,
+            n_gpus=inputs.n_gpus,
+            metrics=metrics,
+        )
+        step = step_failslow_alerts(
+            slow.alerts,
+            verdict,
+            group=group,
+            bucket_ts=bucket.ts,
+            params=self.failslow_alert_params,
+        )
+        slow.alerts = step.state
+        return verdict, step.changes, step.active
+
+    def slo_summary(self, group: str) -> SloSummary | None:
+        """The job's throughput-SLO figures so far (None before its first scored bucket)."""
+        slow = self.failslow_groups.get(group)
+        if slow is None or slow.state.slo.last_bucket is None:
+            return None
+        return summarise(slow.state.slo, self.failslow_params.slo)
 
     def _classify(self, change: AlertChange) -> AlertChange:
         """A deviation alert names the class of the signal that leads it (network, cpu, …).
@@ -164,10 +267,12 @@ class Pipeline:
     def snapshot(self, group: str) -> dict[str, Any]:
         state = self.states.get(group)
         gpu_state = self.gpu_states.get(group)
+        slow = self.failslow_groups.get(group)
         return {
             "window": self.window(group).snapshot(),
             "detector": state.to_dict() if state is not None else None,
             "gpu_health": gpu_state.to_dict() if gpu_state is not None else None,
+            "failslow": slow.to_dict() if slow is not None else None,
         }
 
     def restore(self, group: str, snap: Mapping[str, Any]) -> None:
@@ -178,3 +283,13 @@ class Pipeline:
             self.gpu_states[group] = GpuHealthState.from_dict(
                 snap["gpu_health"], self.catalog, self.gpu_params
             )
+        if snap.get("failslow") is not None:
+            self.failslow_groups[group] = _FailSlowGroup.from_dict(snap["failslow"])
+
+
+def failslow_params(bucket_ms: int) -> FailSlowParams:
+    """The fail-slow defaults for buckets of ``bucket_ms`` (loss and SLO time are in seconds)."""
+    bucket_s = bucket_ms / 1000.0
+    return FailSlowParams(
+        mitigation=MitigationParams(bucket_s=bucket_s), slo=SloParams(bucket_s=bucket_s)
+    )

@@ -14,5 +14,10 @@ state frozen and JSON-safe through ``to_dict`` / ``from_dict``):
 * :mod:`~detectors.failslow.slo` (with :mod:`~detectors.failslow.quantile`) —
   throughput-SLO accounting and incidents;
 * :mod:`~detectors.failslow.monitor` — the per-job, per-bucket step that
-  threads the five together for the stream worker.
+  threads the five together for the stream worker;
+* :mod:`~detectors.failslow.inputs` — one bucket's frames → the job's
+  throughput, GPU count and per-node :class:`~detectors.failslow.localise.NodeMetrics`;
+* :mod:`~detectors.failslow.alerts` — verdicts → ``PeerwatchFailSlow`` (per
+  culprit node) and ``PeerwatchJobSlow`` (the job, no node to blame) alert
+  transitions, with the advised stage as their action.
 """

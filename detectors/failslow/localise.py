@@ -11,11 +11,14 @@ node for host and link features:
   activity is *higher* than its peers' (theirs dropped), or its SM clock is
   lower. A clock-event reason that slows the clock (HW slowdown, SW/HW
   thermal, HW power brake) set on few peers convicts only together with a
-  lower clock; otherwise it is listed as evidence.
-* **cpu** — CPU busy fraction or run queue out of line while the node's GPUs
-  look like everyone else's (launch-starved GPUs idle like their waiting
-  peers). On a node that is also compute-slow, the CPU figures are attached
-  to the compute culprit as evidence.
+  lower clock; otherwise it is listed as evidence. The culprit names the GPU
+  when it is the node's only one out of line; when several are (node-wide
+  throttling) it names the node alone.
+* **cpu** — CPU busy fraction, idle cores (fewer than its peers') or run
+  queue out of line while the node's GPUs look like everyone else's
+  (launch-starved GPUs idle like their waiting peers). On a node that is
+  also compute-slow, the CPU figures are attached to the compute culprit as
+  evidence.
 * **network** — the node's link counters out of line: transmit wait,
   retransmits, congestion marks (ECN / CNP). A lower transmit rate is
   corroboration only (less work also sends less).
@@ -42,7 +45,6 @@ Pure: mappings and dataclasses in, a :class:`Localisation` out.
 from __future__ import annotations
 
 import math
-import warnings
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -106,13 +108,19 @@ GPU_FEATURES: Mapping[str, _Scale] = {
 }
 NODE_FEATURES: Mapping[str, _Scale] = {
     "cpu_busy": _Scale(0.03, 0.02),  # fraction of CPU time not idle
+    "cpu_idle_cores": _Scale(0.5, 0.05),  # idle CPU-seconds per second (no CPU count needed)
     "run_queue": _Scale(2.0, 0.10),  # runnable tasks
     "link_xmit_wait": _Scale(0.1, 0.0, log=True),  # per second
     "link_retransmits": _Scale(0.5, 0.0, log=True),  # per second; sparse: 1-3/s is noise
     "link_congestion": _Scale(0.1, 0.0, log=True),  # ECN-marked packets / CNPs per second
     "link_tx_bytes": _Scale(0.02, 0.0, log=True),  # bytes per second
 }
-_CPU = ("cpu_busy", "run_queue")
+_CPU = ("cpu_busy", "cpu_idle_cores", "run_queue")
+# Which way a node feature is out of line: fewer idle cores and a lower transmit
+# rate than the peers', more of everything else.
+_NODE_BAD_SIGN: Mapping[str, float] = {
+    f: (-1.0 if f in ("cpu_idle_cores", "link_tx_bytes") else 1.0) for f in NODE_FEATURES
+}
 _NET = ("link_xmit_wait", "link_retransmits", "link_congestion")
 
 
@@ -123,6 +131,9 @@ class NodeMetrics:
     Per-GPU tuples are indexed like ``gpus`` (the DCGM ``gpu`` label; default
     "0", "1", ...). ``sm_active`` is a fraction (DCGM_FI_PROF_SM_ACTIVE, or GPU
     util / 100). ``clock_event_reasons`` holds the bitmask as an int.
+    ``cpu_busy`` is a fraction of the node's CPU time; ``cpu_idle_cores`` the
+    idle CPU-seconds per second (``node_cpu_seconds_total{mode="idle"}`` summed),
+    which needs no CPU count. ``run_queue``: runnable tasks (``node_procs_running``).
     """
 
     sm_active: tuple[float, ...] = ()
@@ -132,6 +143,7 @@ class NodeMetrics:
     clock_event_reasons: tuple[int, ...] = ()
     gpus: tuple[str, ...] = ()
     cpu_busy: float = math.nan
+    cpu_idle_cores: float = math.nan
     run_queue: float = math.nan
     link_xmit_wait: float = math.nan
     link_retransmits: float = math.nan
@@ -380,7 +392,7 @@ def combine_buckets(buckets: Sequence[Mapping[str, NodeMetrics]]) -> dict[str, N
         }
         kwargs["clock_event_reasons"] = tuple(int(r) for r in combined_reasons[i, :w])
         kwargs["gpus"] = next((b[node].gpus for b in buckets if node in b and b[node].gpus), ())
-        kwargs.update({f: float(host_median[i, j]) for j, f in enumerate(NODE_FEATURES)})
+        kwargs.update({f: _float(host_median[i, j]) for j, f in enumerate(NODE_FEATURES)})
         out[node] = NodeMetrics(**kwargs)
     return out
 
@@ -395,6 +407,7 @@ def _localise_role(
     label = role or "(all)"
     gpu_rows = [(node, g) for node in nodes for g in range(metrics[node].n_gpus)]
     compute: dict[str, tuple[int, float, list[Signal], bool]] = {}  # node → best GPU
+    slow_gpus: dict[str, int] = defaultdict(int)  # node → how many of its GPUs convict
     hot: list[str] = []
     if len(gpu_rows) >= params.min_peers:
         table = np.vstack(
@@ -425,13 +438,14 @@ def _localise_role(
                     hot.append(f"{node}/gpu{gpu_name} (temp z {gz[i, 3]:.1f})")
                 continue
             score, signals, corroborated = verdict
+            slow_gpus[node] += 1
             if node not in compute or score > compute[node][1]:
                 compute[node] = (g, score, signals, corroborated)
 
     nz, nmed, nval, nheld = _peer_table(
         [[getattr(metrics[n], f) for f in NODE_FEATURES] for n in nodes],
         NODE_FEATURES,
-        {f: (-1.0 if f == "link_tx_bytes" else 1.0) for f in NODE_FEATURES},
+        _NODE_BAD_SIGN,
         params,
     )
     for held in nheld:
@@ -442,14 +456,22 @@ def _localise_role(
         cpu = _signals(i, names, _CPU, nz, nmed, nval, nheld, params)
         net = _signals(i, names, _NET, nz, nmed, nval, nheld, params)
         if net:
-            tx = _signals(i, names, ("link_tx_bytes",), nz, nmed, nval, nheld, params, sign=-1.0)
+            tx = _signals(i, names, ("link_tx_bytes",), nz, nmed, nval, nheld, params)
             culprits.append(_culprit(node, None, "network", net, tx, params))
         if node in compute:
             g, score, signals, corroborated = compute[node]
-            gpu_name = metrics[node].gpu_name(g)
-            signals = [replace(sig, gpu=gpu_name) for sig in signals]
+            gpu: str | None = metrics[node].gpu_name(g)
+            if slow_gpus[node] > 1:
+                # The node's GPUs, not one of them (a node-wide thermal or power
+                # problem): naming the worst GPU would send the repair to one card.
+                notes.append(
+                    f"{node}: {slow_gpus[node]} of {metrics[node].n_gpus} GPUs out of line "
+                    f"(worst gpu{gpu})"
+                )
+                gpu = None
+            signals = [replace(sig, gpu=gpu) for sig in signals]
             culprits.append(
-                _culprit(node, gpu_name, "compute", signals, cpu, params, score, corroborated)
+                _culprit(node, gpu, "compute", signals, cpu, params, score, corroborated)
             )
         elif cpu:
             culprits.append(_culprit(node, None, "cpu", cpu, [], params))
@@ -552,12 +574,11 @@ def _signals(
     values: FloatArray,
     held: set[str],
     params: LocaliseParams,
-    sign: float = 1.0,
 ) -> list[Signal]:
     out = []
     for name in wanted:
         j = names.index(name)
-        if name not in held and sign * z[i, j] >= params.z_threshold:
+        if name not in held and _NODE_BAD_SIGN[name] * z[i, j] >= params.z_threshold:
             out.append(Signal(name, float(z[i, j]), float(values[i, j]), float(median[j])))
     return out
 
@@ -602,12 +623,31 @@ def _moved(
     return tuple(moved)
 
 
+def _float(value: float) -> float:
+    """``float(value)``, with NaN as the one ``math.nan`` (equal metrics then compare equal)."""
+    out = float(value)
+    return out if out == out else math.nan
+
+
 def _nanmedian_axis0(cube: FloatArray) -> FloatArray:
-    """Median along the first axis over finite entries (NaN where there are none)."""
-    if np.isfinite(cube).all():
+    """Median along the first axis over finite entries (NaN where there are none).
+
+    The first axis is short (the buckets combined), so one sort with the
+    missing entries pushed to the end and a gather of the middle one or two
+    beats ``np.nanmedian``, whose per-slice fallback dominated a bucket.
+    """
+    finite = np.isfinite(cube)
+    if finite.all():
         result: FloatArray = np.median(cube, axis=0)
         return result
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices → NaN, on purpose
-        nan_result: FloatArray = np.nanmedian(np.where(np.isfinite(cube), cube, np.nan), axis=0)
+    ordered = np.sort(np.where(finite, cube, np.inf), axis=0)
+    count = finite.sum(axis=0)
+    lo = np.maximum((count - 1) // 2, 0)  # the middle one (odd count) or the lower of two
+    hi = np.where(count % 2 == 0, count // 2, lo)
+    with np.errstate(invalid="ignore"):  # inf + inf where nothing is finite: masked below
+        middle = 0.5 * (
+            np.take_along_axis(ordered, lo[None, ...], axis=0)[0]
+            + np.take_along_axis(ordered, hi[None, ...], axis=0)[0]
+        )
+    nan_result: FloatArray = np.where(count > 0, middle, np.nan)
     return nan_result

@@ -46,7 +46,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from detectors.features import DEFAULT_FEATURES, FeatureSpec, per_gpu_key, select_features
 from streams.ingest.remote_write import is_stale_marker
@@ -75,8 +75,6 @@ DROP_REASONS = (
     "late",  # the bucket ended more than late_horizon_ms before the watermark
     "future",  # more than max_future_ms ahead of now_s (a skewed clock must not move time)
 )
-
-SeriesKey = tuple[tuple[str, str], ...]
 
 
 @dataclass(slots=True)
@@ -140,13 +138,28 @@ def _better(reduce: str, va: float, ga: str | None, vb: float, gb: str | None) -
 
 
 def _reduce(reduce: str, items: Iterable[tuple[float, str | None]]) -> tuple[float, str | None]:
+    """Fold ``items`` with ``reduce``: ``_better`` written out (this runs per feature per frame)."""
     if reduce == "sum":
         return math.fsum(v for v, _ in items), None
-    best_v, best_g = math.nan, None
-    first = True
-    for v, g in items:
-        if first or _better(reduce, best_v, best_g, v, g):
-            best_v, best_g, first = v, g, False
+    it = iter(items)
+    first = next(it, None)
+    if first is None:
+        return math.nan, None
+    best_v, best_g = first
+    if reduce == "min":
+        for v, g in it:
+            if v != best_v:
+                if v < best_v:
+                    best_v, best_g = v, g
+            elif g is not None and (best_g is None or g < best_g):
+                best_v, best_g = v, g
+    else:
+        for v, g in it:
+            if v != best_v:
+                if v > best_v:
+                    best_v, best_g = v, g
+            elif g is not None and (best_g is None or g < best_g):
+                best_v, best_g = v, g
     return best_v, best_g
 
 
@@ -197,18 +210,74 @@ class _Use:
     match: tuple[tuple[str, str], ...]
 
 
+# A series' identity: its sorted (name, value) pairs, NUL-joined into one string --
+# a string caches its hash, and the hot path stores every contribution under its
+# series key, where a tuple of pairs would be rehashed each time. Label sets with
+# a NUL inside a name or value (legal, never seen) keep the tuple: no string equals it.
+SeriesKey = str | tuple[tuple[str, str], ...]
+
+
+def _series_key(items: Sequence[tuple[str, str]]) -> SeriesKey:
+    """The key of the series whose sorted label pairs are ``items``."""
+    key = "\x00".join(map("\x00".join, items))
+    if key.count("\x00") != 2 * len(items) - 1:
+        return tuple(items)
+    return key
+
+
 class _Partial:
-    """An open frame: per-series contributions, reduced only when the frame closes."""
+    """An open frame: per-series contributions, reduced only when the frame closes.
 
-    __slots__ = ("den", "num", "updated_s", "values")
+    ``parts`` holds one dict per contribution slot (``FrameBuilder`` numbers them):
+    a feature's values or the numerator of its ``per`` ratio, each keyed by series
+    key -> (value, gpu) -- a later sample of the series overwrites -- and the
+    denominators of ``per`` ratios, keyed by pair key (labels without
+    ``__name__``) -> rate.
+    """
 
-    def __init__(self) -> None:
-        # feature -> series key -> (value, gpu); a later sample of the series overwrites.
-        self.values: dict[str, dict[SeriesKey, tuple[float, str | None]]] = {}
-        # ``per`` features: feature -> pair key (labels without __name__) -> (rate, gpu).
-        self.num: dict[str, dict[SeriesKey, tuple[float, str | None]]] = {}
-        self.den: dict[str, dict[SeriesKey, float]] = {}
+    __slots__ = ("parts", "updated_s")
+
+    def __init__(self, slots: int) -> None:
+        self.parts: list[dict[SeriesKey, Any]] = [{} for _ in range(slots)]
         self.updated_s: float | None = None
+
+
+class _Target:
+    """One (group, node) frame key, and the partial its samples went to last in this ``add``.
+
+    Series of one node arrive together and nearly always into one bucket, so the
+    builder looks the open partial up once per node and call, not once per sample.
+    """
+
+    __slots__ = ("bucket", "call", "group", "key", "node", "parts")
+
+    def __init__(self, group: str | None, node: str) -> None:
+        self.group = group
+        self.node = node
+        # the frame key; never used while group is None (those samples drop as no_group)
+        self.key = cast("tuple[str, str]", (group, node))
+        self.call = -1  # the ``add`` call that filled ``bucket`` / ``parts``
+        self.bucket = 0
+        self.parts: list[dict[SeriesKey, Any]] = []
+
+
+# What ``FrameBuilder`` resolves once per label dict (``_label_memo``): the dict itself
+# (to pin its id), the target (None: unknown metric or no node; then ``key`` says which
+# drop), the series key, its ``gpu`` label, the slots it writes to -- values (gauges),
+# rates (counters), ratio numerators, ratio denominators -- and its pair key.
+_Resolved = tuple[
+    Mapping[str, str],
+    _Target | None,
+    SeriesKey,
+    str | None,
+    tuple[int, ...],
+    tuple[int, ...],
+    tuple[int, ...],
+    tuple[int, ...],
+    SeriesKey,
+]
+_NO_SLOTS: tuple[int, ...] = ()
+_Slots = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]
 
 
 class FrameBuilder:
@@ -219,6 +288,13 @@ class FrameBuilder:
     bounded: a series not seen for ``series_ttl_ms`` of event time is forgotten
     (its next sample counts as a first sample), and closed-frame contributions
     kept for reopening are dropped once the bucket is behind the late horizon.
+
+    ``add`` is the ingest's hot path (design target: >= 350,000 samples/s on one
+    core). Everything a label dict implies -- its uses, node, group, series key,
+    GPU and the contribution slots it writes -- is resolved once per dict (the
+    decoders and the simulator hand out the same dict for a series every time),
+    and the open partial once per node and call; a sample then costs a state
+    lookup, a rate and a dict store per use.
     """
 
     def __init__(
@@ -255,6 +331,34 @@ class FrameBuilder:
         self.series_ttl_ms = series_ttl_ms
         self.max_future_ms = max_future_ms
 
+        # Contribution slots: feature i's values (or its ratio's numerators) in slot i,
+        # the denominators of the k-th ``per`` feature in slot len(features) + k.
+        self._slot: dict[str, int] = {spec.name: i for i, spec in enumerate(self.features)}
+        self._den_slot: dict[str, int] = {}
+        for spec in self.features:
+            if spec.per is not None:
+                self._den_slot[spec.name] = len(self.features) + len(self._den_slot)
+        self._slot_count = len(self.features) + len(self._den_slot)
+        # (name, slot, denominator slot or -1, reduce, gpu -> frame key if per_gpu else None),
+        # in catalog order
+        self._reducers: tuple[tuple[str, int, int, str, dict[str, str] | None], ...] = tuple(
+            (
+                spec.name,
+                i,
+                self._den_slot.get(spec.name, -1),
+                spec.reduce,
+                {} if spec.per_gpu else None,
+            )
+            for i, spec in enumerate(self.features)
+        )
+        # the slots whose contributions a closed frame keeps for a reopen (module doc)
+        self._kept_slots = tuple(
+            sorted(
+                {i for i, s in enumerate(self.features) if s.reduce == "sum" or s.per is not None}
+                | set(self._den_slot.values())
+            )
+        )
+
         self._uses: dict[str, tuple[_Use, ...]] = {}
         for spec in self.features:
             match = tuple(sorted(spec.match.items()))
@@ -265,20 +369,25 @@ class FrameBuilder:
                 self._add_use(spec.per, _Use(spec.name, True, "den", match))
         # metric names with a label-matching use: only their series pay for the filter
         self._matched = {m for m, uses in self._uses.items() if any(u.match for u in uses)}
-        self._kept = {s.name for s in self.features if s.reduce == "sum" or s.per is not None}
+        self._slots_by_name = {
+            m: self._slots_of(uses) for m, uses in self._uses.items() if m not in self._matched
+        }
 
-        self._series: dict[SeriesKey, list] = {}  # key -> [last_ts, last value or None]
-        self._open: dict[int, dict[tuple[str, str], _Partial]] = {}  # bucket -> (group, node)
-        self._closed: dict[int, dict[tuple[str, str], _Partial]] = {}  # kept for reopening
+        self._series: dict[SeriesKey, list] = {}  # series key -> [last_ts, last value or None]
+        self._open: dict[int, dict[tuple[str, str], _Partial]] = {}  # bucket -> frames
+        # closed frames' sum / ratio slots (slot, contributions), kept for reopening
+        self._closed: dict[int, dict[tuple[str, str], list[tuple[int, dict]]]] = {}
         self._max_ts: int | None = None
         self._last_sweep_ts: int | None = None
         # node -> the group its series last carried (None: in no group), to tell
         # "left the job" from "went silent"; bounded by the number of nodes
         self._group_of_node: dict[str, str | None] = {}
-        # id(labels) -> (labels, uses, node, group, series key); holds the dicts so
-        # their ids stay unique while memoised
-        self._label_memo: dict[int, tuple[Any, ...]] = {}
+        # id(labels) -> _Resolved; holds the dicts so their ids stay unique while memoised
+        self._label_memo: dict[int, _Resolved] = {}
         self.label_memo_size = 1_000_000
+        self._targets: dict[tuple[str | None, str], _Target] = {}
+        self._keys: dict[tuple[tuple[str, str], ...], SeriesKey] = {}  # sorted labels -> key
+        self._calls = 0
         self._departures: list[FrameData] = []
 
     def _add_use(self, metric: str, use: _Use) -> None:
@@ -328,142 +437,197 @@ class FrameBuilder:
 
     def add(self, series: Iterable[Series], now_s: float | None = None) -> AddStats:
         """Account every sample; ``now_s`` (wall clock) stamps touched frames for idle closing."""
+        # This runs for every sample: locals instead of attribute lookups, and the
+        # rare outcomes (drops, stale markers, a node changing group) off the main line.
         stats = AddStats()
-        unknown = 0
-        uses_of = self._uses.get
-        memo = self._label_memo
+        accepted = unknown = 0
+        self._calls += 1
+        call = self._calls
+        memo_get = self._label_memo.get
+        series_state = self._series
+        state_of = series_state.get
+        group_of_node = self._group_of_node
+        group_now = group_of_node.get
+        isfinite = math.isfinite
+        bucket_ms = self.bucket_ms
+        future_limit = math.inf if now_s is None else int(now_s * 1000) + self.max_future_ms
+        # a sample is late if bucket + bucket_ms <= max_ts - grace_ms - late_horizon_ms
+        late_lag = self.grace_ms + self.late_horizon_ms + bucket_ms
+        max_ts: float = -math.inf if self._max_ts is None else self._max_ts
+        latest_late_bucket = max_ts - late_lag
+        last_target = None
         for s in series:
             labels = s.labels
+            samples = s.samples
             # Decoders and the simulator hand out the same (read-only) label dict
-            # for a series every time: resolve its uses, identity and key once.
-            seen = memo.get(id(labels))
-            if seen is not None and seen[0] is labels:
-                _, uses, node, group, key = seen
-            else:
-                name = labels.get("__name__", "")
-                uses = uses_of(name)
-                if uses is not None and name in self._matched:
-                    uses = tuple(u for u in uses if all(labels.get(k) == v for k, v in u.match))
-                node = self.node_of(labels) if uses else None
-                group = self.group_of(labels) if uses else None
-                key = tuple(sorted(labels.items())) if uses else ()
-                if len(memo) >= self.label_memo_size:
-                    memo.clear()
-                memo[id(labels)] = (labels, uses, node, group, key)
-            if not uses:
-                unknown += len(s.samples)
+            # for a series every time: resolve everything it implies once.
+            seen = memo_get(id(labels))
+            if seen is None or seen[0] is not labels:
+                seen = self._resolve(labels)
+            _, target, key, gpu, value_slots, rate_slots, num_slots, den_slots, pair = seen
+            if target is None:  # then key is the drop reason, "" for unknown_metric
+                if key:
+                    stats.drop(cast(str, key), len(samples))
+                else:
+                    unknown += len(samples)
                 continue
-            if node is None:
-                stats.drop("no_node", len(s.samples))
+            if target is not last_target:
+                # (the previous series had this target: its node's group is already set)
+                node, group = target.node, target.group
+                if group_now(node, group) != group and samples:
+                    self._depart(node, group, samples[0][0])
+                group_of_node[node] = group
+                last_target = target
+                if group is None:
+                    stats.drop("no_group", len(samples))
+                    continue
+            elif target.group is None:
+                stats.drop("no_group", len(samples))
                 continue
-            if self._group_of_node.get(node, group) != group and s.samples:
-                self._depart(node, group, s.samples[0][0])
-            self._group_of_node[node] = group
-            if group is None:
-                stats.drop("no_group", len(s.samples))
-                continue
-            self._add_series(key, labels, s.samples, uses, (group, node), now_s, stats)
+            state = state_of(key)
+            for ts, value in samples:
+                if ts > future_limit:
+                    stats.drop("future")
+                    continue
+                if not isfinite(value):
+                    if value != value and is_stale_marker(value):
+                        # The series ended: its next sample starts afresh (no rate across the gap).
+                        if state is None:
+                            state = series_state[key] = [ts, None]
+                        else:
+                            state[0], state[1] = max(state[0], ts), None
+                        if ts > max_ts:
+                            max_ts = self._max_ts = ts
+                            latest_late_bucket = ts - late_lag
+                        stats.drop("stale")
+                    else:
+                        stats.drop("non_finite")
+                    continue
+                if state is not None and ts <= state[0]:
+                    stats.drop("duplicate" if ts == state[0] else "out_of_order")
+                    continue
+                bucket = ts - ts % bucket_ms
+                if bucket <= latest_late_bucket:
+                    stats.drop("late")
+                    continue
+                rate: float | None = None
+                if state is None:
+                    state = series_state[key] = [ts, value]
+                else:
+                    previous_value = state[1]
+                    if previous_value is not None:
+                        # A counter that went down was restarted from 0: all of it is increase.
+                        increase = value - previous_value if value >= previous_value else value
+                        rate = increase * 1000.0 / (ts - state[0])
+                    state[0] = ts
+                    state[1] = value
+                if ts > max_ts:
+                    max_ts = self._max_ts = ts
+                    latest_late_bucket = ts - late_lag
+                accepted += 1
+
+                if target.call == call and target.bucket == bucket:
+                    parts = target.parts
+                else:
+                    parts = self._parts_for(target, bucket, call, now_s)
+                if value_slots:
+                    item = (value, gpu)
+                    for slot in value_slots:
+                        parts[slot][key] = item
+                if rate is not None:
+                    if rate_slots:
+                        item = (rate, gpu)
+                        for slot in rate_slots:
+                            parts[slot][key] = item
+                    if num_slots:
+                        item = (rate, gpu)
+                        for slot in num_slots:
+                            parts[slot][pair] = item
+                    for slot in den_slots:
+                        parts[slot][pair] = rate
+        stats.accepted = accepted
         stats.drop("unknown_metric", unknown)
         return stats
 
-    def _add_series(
-        self,
-        key: SeriesKey,
-        labels: Mapping[str, str],
-        samples: Sequence[tuple[int, float]],
-        uses: tuple[_Use, ...],
-        frame_key: tuple[str, str],
-        now_s: float | None,
-        stats: AddStats,
-    ) -> None:
-        # This runs for every accepted sample: locals instead of attribute lookups.
-        pair_key: SeriesKey | None = None
-        gpu = labels.get("gpu")
-        series_state = self._series
-        state = series_state.get(key)
-        future_limit = None if now_s is None else int(now_s * 1000) + self.max_future_ms
-        bucket_ms = self.bucket_ms
-        isfinite = math.isfinite
-        for ts, value in samples:
-            if future_limit is not None and ts > future_limit:
-                stats.drop("future")
-                continue
-            if not isfinite(value):
-                if value != value and is_stale_marker(value):
-                    # The series ended: its next sample starts afresh (no rate across the gap).
-                    if state is None:
-                        state = series_state[key] = [ts, None]
-                    else:
-                        state[0], state[1] = max(state[0], ts), None
-                    self._advance(ts)
-                    stats.drop("stale")
-                else:
-                    stats.drop("non_finite")
-                continue
-            if state is not None and ts <= state[0]:
-                stats.drop("duplicate" if ts == state[0] else "out_of_order")
-                continue
-            bucket = ts - ts % bucket_ms
-            max_ts = self._max_ts
-            if (
-                max_ts is not None
-                and bucket + bucket_ms <= max_ts - self.grace_ms - self.late_horizon_ms
-            ):
-                stats.drop("late")
-                continue
-            rate: float | None = None
-            if state is None:
-                state = series_state[key] = [ts, value]
-            else:
-                previous_ts, previous_value = state
-                if previous_value is not None:
-                    # A counter that went down was restarted from 0: all of it is increase.
-                    increase = value - previous_value if value >= previous_value else value
-                    rate = increase * 1000.0 / (ts - previous_ts)
-                state[0], state[1] = ts, value
-            if max_ts is None or ts > max_ts:
-                self._max_ts = ts
-            stats.accepted += 1
+    def _resolve(self, labels: Mapping[str, str]) -> _Resolved:
+        """What ``labels`` means for this builder (see ``_Resolved``), memoised by identity."""
+        memo = self._label_memo
+        if len(memo) >= self.label_memo_size:
+            memo.clear()
+            self._targets.clear()
+        name = labels.get("__name__", "")
+        uses = self._uses.get(name)
+        if uses is not None and name in self._matched:
+            uses = tuple(u for u in uses if all(labels.get(k) == v for k, v in u.match))
+            slots = self._slots_of(uses) if uses else None
+        else:
+            slots = self._slots_by_name.get(name)
+        resolved: _Resolved
+        node = self.node_of(labels) if slots else None
+        if slots is None or node is None:
+            # nothing to add; the key field names the drop ("": unknown_metric, counted per call)
+            drop = "no_node" if slots else ""
+            resolved = (labels, None, drop, None, _NO_SLOTS, _NO_SLOTS, _NO_SLOTS, _NO_SLOTS, "")
+        else:
+            group = self.group_of(labels)
+            target = self._targets.get((group, node))
+            if target is None:
+                target = self._targets[(group, node)] = _Target(group, node)
+            items = tuple(sorted(labels.items()))
+            # equal label sets in new dicts (a decoder's cache turning over) need no new key
+            key = self._keys.get(items)
+            if key is None:
+                if len(self._keys) >= self.label_memo_size:
+                    self._keys.clear()
+                key = self._keys[items] = _series_key(items)
+            values, rates, nums, dens = slots
+            pair = _series_key([kv for kv in items if kv[0] != "__name__"]) if nums or dens else ""
+            resolved = (labels, target, key, labels.get("gpu"), values, rates, nums, dens, pair)
+        memo[id(labels)] = resolved
+        return resolved
 
-            partial = self._partial(bucket, frame_key)
-            if now_s is not None:
-                partial.updated_s = now_s
-            for use in uses:
-                contribution = rate if use.counter else value
-                if contribution is None:
-                    continue
-                if use.ratio_part is None:
-                    partial.values.setdefault(use.feature, {})[key] = (contribution, gpu)
-                    continue
-                if pair_key is None:
-                    pair_key = tuple(kv for kv in key if kv[0] != "__name__")
-                if use.ratio_part == "num":
-                    partial.num.setdefault(use.feature, {})[pair_key] = (contribution, gpu)
-                else:
-                    partial.den.setdefault(use.feature, {})[pair_key] = contribution
+    def _slots_of(self, uses: Iterable[_Use]) -> _Slots:
+        """The slots ``uses`` write: (values, rates, ratio numerators, ratio denominators)."""
+        values: list[int] = []
+        rates: list[int] = []
+        nums: list[int] = []
+        dens: list[int] = []
+        for use in uses:
+            if use.ratio_part is None:
+                (rates if use.counter else values).append(self._slot[use.feature])
+            elif use.ratio_part == "num":
+                nums.append(self._slot[use.feature])  # ``per`` features are counters
+            else:
+                dens.append(self._den_slot[use.feature])
+        return tuple(values), tuple(rates), tuple(nums), tuple(dens)
+
+    def _parts_for(
+        self, target: _Target, bucket: int, call: int, now_s: float | None
+    ) -> list[dict[SeriesKey, Any]]:
+        """The open partial of (bucket, target) -- reopened from kept contributions, or new --
+        stamped with ``now_s`` and remembered on ``target`` for the rest of this call."""
+        frames = self._open.get(bucket)
+        if frames is None:
+            frames = self._open[bucket] = {}
+        partial = frames.get(target.key)
+        if partial is None:
+            partial = _Partial(self._slot_count)
+            kept = self._closed.get(bucket)
+            kept_parts = kept.pop(target.key, None) if kept else None
+            if kept_parts:
+                for slot, contributions in kept_parts:
+                    partial.parts[slot] = contributions
+            frames[target.key] = partial
+        if now_s is not None:
+            partial.updated_s = now_s
+        target.call, target.bucket, target.parts = call, bucket, partial.parts
+        return partial.parts
 
     def _depart(self, node: str, new_group: str | None, ts: int) -> None:
         old = self._group_of_node[node]
         if old is not None:
             bucket = ts - ts % self.bucket_ms
             self._departures.append(FrameData(old, node, bucket, {}, {}, left=True))
-
-    def _advance(self, ts: int) -> None:
-        if self._max_ts is None or ts > self._max_ts:
-            self._max_ts = ts
-
-    def _partial(self, bucket: int, frame_key: tuple[str, str]) -> _Partial:
-        frames = self._open.get(bucket)
-        if frames is None:
-            frames = self._open[bucket] = {}
-        partial = frames.get(frame_key)
-        if partial is None:
-            kept = self._closed.get(bucket)
-            partial = kept.pop(frame_key, None) if kept else None
-            if partial is None:
-                partial = _Partial()
-            frames[frame_key] = partial
-        return partial
 
     # --- closing frames -------------------------------------------------------------------------
 
@@ -515,54 +679,67 @@ class FrameBuilder:
     def _emit(self, due: list[tuple[int, tuple[str, str], _Partial]]) -> list[FrameData]:
         out: list[FrameData] = []
         due.sort(key=lambda item: (item[0], item[1]))
-        for bucket, (group, node), partial in due:
-            values, gpus = self._reduce_partial(partial)
+        closed = self._closed
+        for bucket, frame_key, partial in due:
+            parts = partial.parts
+            values, gpus = self._reduce_partial(parts)
             if values:
+                group, node = frame_key
                 out.append(FrameData(group, node, bucket, values, gpus))
-            self._keep_for_reopen(bucket, (group, node), partial)
+            # keep what a reopened frame needs to emit complete sums and ratios (module doc)
+            kept = [(slot, parts[slot]) for slot in self._kept_slots if parts[slot]]
+            if kept:
+                frames = closed.get(bucket)
+                if frames is None:
+                    frames = closed[bucket] = {}
+                frames[frame_key] = kept
         return out
 
-    def _reduce_partial(self, partial: _Partial) -> tuple[dict[str, float], dict[str, str]]:
+    def _reduce_partial(
+        self, parts: list[dict[SeriesKey, Any]]
+    ) -> tuple[dict[str, float], dict[str, str]]:
         values: dict[str, float] = {}
         gpus: dict[str, str] = {}
-        for spec in self.features:
+        isfinite = math.isfinite
+        for name, slot, den_slot, reduce, per_gpu in self._reducers:
+            contributions = parts[slot]
+            if not contributions:
+                continue
             items: Iterable[tuple[float, str | None]]
-            if spec.per is None:
-                contributions = partial.values.get(spec.name)
-                if not contributions:
-                    continue
+            if den_slot < 0:
                 items = contributions.values()
             else:
-                num = partial.num.get(spec.name)
-                den = partial.den.get(spec.name)
-                if not num or not den:
+                den = parts[den_slot]
+                if not den:
                     continue
                 items = [
                     (n / d, g)
-                    for pk, (n, g) in num.items()
+                    for pk, (n, g) in contributions.items()
                     if (d := den.get(pk)) is not None and d > 0
                 ]
                 if not items:
                     continue
-            if spec.per_gpu:
+            if per_gpu is not None:
                 for v, g in items:
-                    if g is not None and math.isfinite(v):
-                        values[per_gpu_key(spec.name, g)] = v
+                    if g is not None and isfinite(v):
+                        gpu_key = per_gpu.get(g)
+                        if gpu_key is None:
+                            gpu_key = self._per_gpu_key(per_gpu, name, g)
+                        values[gpu_key] = v
                 continue
-            value, gpu = _reduce(spec.reduce, items)
-            if math.isfinite(value):
-                values[spec.name] = value
-                if gpu is not None and spec.reduce != "sum":
-                    gpus[spec.name] = gpu
+            value, gpu = _reduce(reduce, items)
+            if isfinite(value):
+                values[name] = value
+                if gpu is not None and reduce != "sum":
+                    gpus[name] = gpu
         return values, gpus
 
-    def _keep_for_reopen(self, bucket: int, frame_key: tuple[str, str], partial: _Partial) -> None:
-        """Keep what a reopened frame needs to emit complete sums and ratios (module doc)."""
-        kept = _Partial()
-        kept.values = {f: c for f, c in partial.values.items() if f in self._kept}
-        kept.num, kept.den = partial.num, partial.den
-        if kept.values or kept.num or kept.den:
-            self._closed.setdefault(bucket, {})[frame_key] = kept
+    @staticmethod
+    def _per_gpu_key(keys: dict[str, str], feature: str, gpu: str) -> str:
+        if len(keys) >= 1024:  # GPU labels are a node's few indices; bound it all the same
+            keys.clear()
+        key = keys[gpu] = per_gpu_key(feature, gpu)
+        return key
 
     def _forget_old(self) -> None:
         """Drop kept contributions behind the late horizon and series not seen for the TTL."""
