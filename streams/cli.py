@@ -114,7 +114,13 @@ def demo(
         return
     except (ServiceError, RuntimeError, TimeoutError, ConnectionError) as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
-    firing = sorted({a["labels"].get("node", "-") for a in view.alerts if a["status"] == "firing"})
+    firing = sorted(
+        {
+            a["labels"]["node"]
+            for a in view.alerts
+            if a["status"] == "firing" and "node" in a["labels"]
+        }
+    )
     console.print(f"nodes alerted: {', '.join(firing) or 'none'} (injected: {view.plan.victim})")
 
 

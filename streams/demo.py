@@ -66,6 +66,14 @@ class DemoPlan:
         return self.config.faults[0].node  # type: ignore[attr-defined, no-any-return]
 
 
+def _signal_text(signal: dict) -> str:
+    """``feature z=-19.1``, or ``xid=79`` for signals without a peer z (XID, remaps)."""
+    z = signal.get("z")
+    if isinstance(z, (int, float)) and z == z:
+        return f"{signal['feature']} z={z:+.1f}"
+    return f"{signal['feature']}={signal.get('value')}"
+
+
 @dataclass
 class DemoView:
     plan: DemoPlan
@@ -111,9 +119,7 @@ class DemoView:
             labels = a.get("labels", {})
             bucket = a.get("bucket_ts", 0)
             rel = (bucket - plan.fault_ms // BUCKET_MS * BUCKET_MS) // BUCKET_MS
-            sigs = ", ".join(
-                f"{s['feature']} z={s['z']:+.1f}" for s in (a.get("signals") or [])[:3]
-            )
+            sigs = ", ".join(_signal_text(sig) for sig in (a.get("signals") or [])[:3])
             style = "red" if a.get("status") == "firing" else "green"
             table.add_row(
                 self._sim_clock(bucket),
