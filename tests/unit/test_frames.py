@@ -261,6 +261,86 @@ def test_group_label_fallback_order() -> None:
     assert sorted((f.group, f.node) for f in b.flush_all()) == [("c1", "n2"), ("job-42", "n1")]
 
 
+# --- series identity across label dicts ---------------------------------------------------------
+
+
+def test_equal_labels_in_a_new_dict_are_the_same_series() -> None:
+    """A decoder whose label cache turned over hands out a new dict: the rate carries on."""
+    b = builder()
+    labels = {"__name__": "intr_total", "instance": "n1:9100", "cluster": "c1"}
+    b.add([Series(labels, [(T0, 100)])])
+    b.add([Series(dict(reversed(labels.items())), [(T0 + 30 * S, 400)])])
+    assert frames_by_ts(b.flush_all()) == {T0 + 30 * S: {"intr": pytest.approx(10.0)}}
+
+
+def test_a_series_sent_through_two_dicts_in_one_bucket_counts_once_in_a_sum() -> None:
+    b = builder()
+    labels = {"__name__": "procs_running", "instance": "n1:9100", "cluster": "c1"}
+    b.add([Series(labels, [(T0, 3)]), Series(dict(labels), [(T0 + S, 5)])])
+    assert frames_by_ts(b.flush_all()) == {T0: {"procs": 5}}
+
+
+def test_a_nul_inside_a_label_keeps_two_lookalike_series_apart() -> None:
+    """Joined with NULs, {x: "1<NUL>y<NUL>2"} and {x: "1", y: "2"} read alike: two series."""
+    b = builder()
+    b.add(
+        [
+            series("procs_running", (T0, 3), x="1\x00y\x002"),
+            series("procs_running", (T0, 4), x="1", y="2"),
+        ]
+    )
+    (frame,) = b.flush_all()
+    assert frame.values == {"procs": 7}
+
+
+def test_samples_of_one_node_in_two_buckets_in_one_request_reach_their_frames() -> None:
+    """One ``add`` going back and forth between a node's buckets (a late scrape riding along)."""
+    b = builder(grace_ms=60_000)
+    b.add(
+        [
+            series("gpu_temp", (T0, 1), gpu="0"),
+            series("gpu_temp", (T0 + 30 * S, 2), gpu="1"),
+            series("gpu_temp", (T0 + 5 * S, 3), gpu="2"),
+        ]
+    )
+    assert frames_by_ts(b.flush_all()) == {T0: {"temp": 3}, T0 + 30 * S: {"temp": 2}}
+
+
+def test_a_label_memo_cleared_every_few_series_changes_no_frame() -> None:
+    """The per-dict memo is a cache: the frames do not depend on its size."""
+    nodes = [f"n{i}:9100" for i in range(3)]
+    labels = [
+        {"__name__": name, "instance": node, "cluster": "c1", **extra}
+        for node in nodes
+        for name, extra in (
+            ("DCGM_FI_DEV_GPU_TEMP", {"gpu": "0"}),
+            ("DCGM_FI_DEV_GPU_TEMP", {"gpu": "1"}),
+            ("DCGM_FI_DEV_XID_ERRORS", {"gpu": "1"}),
+            ("node_intr_total", {}),
+            ("node_procs_running", {}),
+            (NFS_RTT, {"mountpoint": "/d", "operation": "GETATTR"}),
+            (NFS_REQ, {"mountpoint": "/d", "operation": "GETATTR"}),
+        )
+    ]
+    rounds = [
+        [Series(lbl, [(T0 + k * 30 * S + i, float(10 * k + i))]) for i, lbl in enumerate(labels)]
+        for k in range(4)
+    ]
+
+    def frames(memo_size: int) -> list[FrameData]:
+        b = FrameBuilder(DEFAULT_FEATURES)
+        b.label_memo_size = memo_size
+        out: list[FrameData] = []
+        for batch in rounds:
+            b.add(batch)
+            out += b.close_due_by_watermark()
+        return out + b.flush_all()
+
+    reference = frames(1_000_000)
+    assert len(reference) == 12  # 3 nodes x 4 buckets
+    assert frames(2) == reference
+
+
 # --- closing buckets -----------------------------------------------------------------------------
 
 
