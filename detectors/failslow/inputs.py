@@ -40,9 +40,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-import numpy as np
-
-from detectors.failslow.localise import NodeMetrics
+from detectors.failslow.localise import MASK_MAX, NodeMetrics, overflow_safe_median
 from detectors.features import per_gpu_key
 
 __all__ = ["InputParams", "JobInputs", "job_inputs", "job_throughput", "node_metrics"]
@@ -139,10 +137,10 @@ def job_throughput(
     params = params or InputParams()
     tokens = _positive(v.get(params.tokens_feature) for v in frames.values())
     if len(tokens) >= params.min_ranks:
-        return float(np.median(tokens)), "tokens_per_s", len(tokens)
+        return overflow_safe_median(tokens), "tokens_per_s", len(tokens)
     times = _positive(v.get(params.iteration_feature) for v in frames.values())
     if len(times) >= params.min_ranks:
-        return 1.0 / float(np.median(times)), "1/iteration_time_s", len(times)
+        return 1.0 / overflow_safe_median(times), "1/iteration_time_s", len(times)
     return math.nan, "none", 0
 
 
@@ -212,10 +210,11 @@ def _finite_or_nan(value: float | None) -> float:
 
 
 def _bits(value: float | None) -> int:
-    """A bitmask gauge as an int (0 when missing or not a whole non-negative number)."""
+    """A 64-bit mask gauge as an int (0 when missing or not a whole number in [0, 2^64))."""
     if value is None or not math.isfinite(value) or value < 0 or value != int(value):
         return 0
-    return int(value)
+    mask = int(value)
+    return mask if mask <= MASK_MAX else 0
 
 
 def _gpu_order(name: str) -> tuple[int, int | str]:

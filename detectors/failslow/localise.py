@@ -68,6 +68,7 @@ __all__ = [
     "combine_buckets",
     "group_medians",
     "localise",
+    "overflow_safe_median",
 ]
 
 Klass = Literal["compute", "network", "cpu", "cluster-wide", "unknown", "none"]
@@ -81,6 +82,8 @@ HW_THERMAL = 0x40
 HW_POWER_BRAKE = 0x80
 SW_POWER_CAP = 0x4
 SLOWDOWN_REASONS = HW_SLOWDOWN | SW_THERMAL | HW_THERMAL | HW_POWER_BRAKE
+MASK_MAX = 2**64 - 1  # the reasons are an unsigned long long
+_MASK_BITS = np.arange(64, dtype=np.uint64)
 
 
 @dataclass(frozen=True)
@@ -130,7 +133,8 @@ class NodeMetrics:
 
     Per-GPU tuples are indexed like ``gpus`` (the DCGM ``gpu`` label; default
     "0", "1", ...). ``sm_active`` is a fraction (DCGM_FI_PROF_SM_ACTIVE, or GPU
-    util / 100). ``clock_event_reasons`` holds the bitmask as an int.
+    util / 100). ``clock_event_reasons`` holds the 64-bit mask as an int (NVML's
+    "unknown" reason is bit 63, so masks are compared as unsigned, never int64).
     ``cpu_busy`` is a fraction of the node's CPU time; ``cpu_idle_cores`` the
     idle CPU-seconds per second (``node_cpu_seconds_total{mode="idle"}`` summed),
     which needs no CPU count. ``run_queue``: runnable tasks (``node_procs_running``).
@@ -176,7 +180,10 @@ class NodeMetrics:
         return np.asarray(values, dtype=np.float64)
 
     def reasons(self) -> tuple[int, ...]:
-        return self.clock_event_reasons or (0,) * self.n_gpus
+        """The masks, each as an unsigned 64-bit value (anything outside that range is 0)."""
+        if not self.clock_event_reasons:
+            return (0,) * self.n_gpus
+        return tuple(r if 0 <= r <= MASK_MAX else 0 for r in self.clock_event_reasons)
 
 
 @dataclass(frozen=True)
@@ -329,20 +336,32 @@ def localise(
 
 
 def group_medians(metrics: Mapping[str, NodeMetrics]) -> dict[str, float]:
-    """Median of every feature over all GPUs / nodes (NaN skipped): a ``reference`` snapshot."""
+    """Median of every feature over all GPUs / nodes (NaN skipped): a ``reference`` snapshot.
+
+    Always finite: the state keeps it, and huge gauges must not make it infinite.
+    """
     out: dict[str, float] = {}
     for feature in GPU_FEATURES:
         parts = [np.asarray(getattr(m, feature), dtype=np.float64) for m in metrics.values()]
         values = np.concatenate(parts) if parts else np.zeros(0)
-        values = values[np.isfinite(values)]
-        if values.size:
-            out[feature] = float(np.median(values))
+        median = overflow_safe_median(values[np.isfinite(values)])
+        if math.isfinite(median):
+            out[feature] = median
     for feature in NODE_FEATURES:
         host = np.array([getattr(m, feature) for m in metrics.values()], dtype=np.float64)
-        host = host[np.isfinite(host)]
-        if host.size:
-            out[feature] = float(np.median(host))
+        median = overflow_safe_median(host[np.isfinite(host)])
+        if math.isfinite(median):
+            out[feature] = median
     return out
+
+
+def overflow_safe_median(values: npt.ArrayLike) -> float:
+    """Median of finite values that stays finite near the float limit (NaN when empty)."""
+    ordered = np.sort(np.asarray(values, dtype=np.float64))
+    if not ordered.size:
+        return math.nan
+    low, high = ordered[(ordered.size - 1) // 2], ordered[ordered.size // 2]
+    return float(low if low == high else 0.5 * low + 0.5 * high)
 
 
 def combine_buckets(buckets: Sequence[Mapping[str, NodeMetrics]]) -> dict[str, NodeMetrics]:
@@ -366,7 +385,7 @@ def combine_buckets(buckets: Sequence[Mapping[str, NodeMetrics]]) -> dict[str, N
                 values = getattr(bucket[node], feature) if node in bucket else ()
                 cube[b, i, : len(values)] = values
         gpu_median[feature] = _nanmedian_axis0(cube)
-    reasons = np.zeros((k, len(nodes), width), dtype=np.int64)
+    reasons = np.zeros((k, len(nodes), width), dtype=np.uint64)
     seen = np.zeros((len(nodes), width), dtype=np.int64)
     for b, bucket in enumerate(buckets):
         for i, node in enumerate(nodes):
@@ -374,9 +393,9 @@ def combine_buckets(buckets: Sequence[Mapping[str, NodeMetrics]]) -> dict[str, N
                 masks = bucket[node].reasons()
                 reasons[b, i, : len(masks)] = masks
                 seen[i, : len(masks)] += 1
-    bits = (reasons[..., None] >> np.arange(32)) & 1
+    bits = (reasons[..., None] >> _MASK_BITS) & np.uint64(1)
     majority = (2 * bits.sum(axis=0) >= seen[..., None]) & (seen[..., None] > 0)
-    combined_reasons = (majority * (1 << np.arange(32, dtype=np.int64))).sum(axis=-1)
+    combined_reasons = np.bitwise_or.reduce(majority.astype(np.uint64) << _MASK_BITS, axis=-1)
     host = np.full((k, len(nodes), len(NODE_FEATURES)), np.nan)
     for b, bucket in enumerate(buckets):
         for i, node in enumerate(nodes):
@@ -423,8 +442,8 @@ def _localise_role(
             {"sm_active": 1.0, "sm_clock_mhz": -1.0, "power_w": 0.0, "temp_c": 1.0},
             params,
         )
-        reasons = np.array([metrics[n].reasons()[g] for n, g in gpu_rows], dtype=np.int64)
-        slowed = (reasons & SLOWDOWN_REASONS) != 0
+        reasons = np.array([metrics[n].reasons()[g] for n, g in gpu_rows], dtype=np.uint64)
+        slowed = (reasons & np.uint64(SLOWDOWN_REASONS)) != 0
         unusual_throttle = slowed & (slowed.mean() <= params.cluster_fraction)
         for held in gheld:
             notes.append(f"role {label}: {held} moved as a group")
@@ -638,16 +657,17 @@ def _nanmedian_axis0(cube: FloatArray) -> FloatArray:
     """
     finite = np.isfinite(cube)
     if finite.all():
-        result: FloatArray = np.median(cube, axis=0)
-        return result
+        with np.errstate(over="ignore"):
+            result: FloatArray = np.median(cube, axis=0)
+        if np.isfinite(result).all():  # else two huge middles overflowed: the safe path below
+            return result
     ordered = np.sort(np.where(finite, cube, np.inf), axis=0)
     count = finite.sum(axis=0)
     lo = np.maximum((count - 1) // 2, 0)  # the middle one (odd count) or the lower of two
     hi = np.where(count % 2 == 0, count // 2, lo)
-    with np.errstate(invalid="ignore"):  # inf + inf where nothing is finite: masked below
-        middle = 0.5 * (
-            np.take_along_axis(ordered, lo[None, ...], axis=0)[0]
-            + np.take_along_axis(ordered, hi[None, ...], axis=0)[0]
-        )
+    low = np.take_along_axis(ordered, lo[None, ...], axis=0)[0]
+    high = np.take_along_axis(ordered, hi[None, ...], axis=0)[0]
+    with np.errstate(invalid="ignore"):  # inf - inf where nothing is finite: masked below
+        middle = np.where(low == high, low, 0.5 * low + 0.5 * high)
     nan_result: FloatArray = np.where(count > 0, middle, np.nan)
     return nan_result

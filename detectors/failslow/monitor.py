@@ -92,9 +92,13 @@ class FailSlowState:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FailSlowState:
-        reference = {str(k): float(v) for k, v in data.get("reference", {}).items()}
-        if not all(math.isfinite(v) for v in reference.values()):
-            raise ValueError("FailSlowState: reference medians must be finite")
+        # A non-finite median (saved before group_medians kept them finite) is dropped,
+        # not fatal: the reference refills with the next steady bucket.
+        reference = {
+            str(k): float(v)
+            for k, v in data.get("reference", {}).items()
+            if math.isfinite(float(v))
+        }
         return cls(
             changepoint=ChangePointState.from_dict(data.get("changepoint", {})),
             cycles=CycleState.from_dict(data.get("cycles", {})),

@@ -227,6 +227,38 @@ def test_combine_buckets_takes_medians_and_majority_bits() -> None:
     assert combine_buckets([]) == {}
 
 
+UNKNOWN_REASON = 2**63  # nvmlClocksEventReasonUnknown: a real DCGM value
+
+
+def test_unknown_reason_bit_63_is_an_unsigned_mask_not_an_int64_overflow() -> None:
+    """Bit 63 set beside HW slowdown: localise and combine_buckets keep every bit, no crash."""
+    mask = UNKNOWN_REASON | HW_SLOWDOWN
+    bucket = group(n2={"sm_clock_mhz": (1_500.0, 1_980.0), "clock_event_reasons": (mask, 0)})
+    combined = combine_buckets([bucket, bucket, group()])
+    assert combined["n2"].clock_event_reasons == (mask, 0)
+    (culprit,) = localise(combined).culprits
+    assert (culprit.node, culprit.gpu, culprit.klass) == ("n2", "0", "compute")
+    reasons = [s for s in culprit.evidence if s.feature == "clock_event_reasons"]
+    assert [s.value for s in reasons] == [float(mask)]
+
+
+def test_a_mask_outside_64_bits_counts_as_no_reason() -> None:
+    """A mask no NVML build can send (negative, 2^64) is read as 0 rather than crashing."""
+    bucket = group(n2={"clock_event_reasons": (-1, 2**64)}, n3={"sm_clock_mhz": (1_500.0, 1_980.0)})
+    assert bucket["n2"].reasons() == (0, 0)
+    assert [(c.node, c.klass) for c in localise(bucket).culprits] == [("n3", "compute")]
+    assert combine_buckets([bucket])["n2"].clock_event_reasons == (0, 0)
+
+
+def test_group_medians_of_huge_finite_values_stay_finite() -> None:
+    """Two GPUs at 1.7e308 (finite) have a finite median, not (a + b) / 2 = inf."""
+    huge = group(**{f"n{i}": {"power_w": (1.7e308, 1.7e308 * (0.9 + 0.01 * i))} for i in range(10)})
+    reference = group_medians(huge)
+    assert reference["power_w"] == pytest.approx(1.7e308 * 0.975, rel=0.03)
+    assert all(math.isfinite(v) for v in reference.values())
+    assert math.isfinite(combine_buckets([huge, huge])["n3"].power_w[1])
+
+
 def test_node_metrics_reject_ragged_gpu_tuples() -> None:
     with pytest.raises(ValueError, match="differ in length"):
         NodeMetrics(sm_active=(0.9, 0.9), sm_clock_mhz=(1_980.0,))

@@ -180,6 +180,80 @@ def test_snapshot_restore_keeps_the_fail_slow_state_and_its_alerts() -> None:
     assert summary.incidents[0].culprits == ((run.node, str(run.gpu)),)
 
 
+# -- hostile gauges through the worker's path --------------------------------------------------
+
+UNKNOWN_REASON = 2**63  # nvmlClocksEventReasonUnknown, as DCGM exports it (a float gauge)
+
+
+def hand_frames(index: int, slow: bool, huge: float | None = None) -> dict[str, dict[str, float]]:
+    """16 two-GPU ranks; when ``slow`` the job drops 30 % and n3's GPU 0 clocks down.
+
+    n3's GPU 0 always carries the unknown reason bit; ``huge`` replaces every gauge
+    but the throughput (finite values near the float limit)."""
+    frames = {}
+    for i in range(16):
+        values = {"tokens_per_s": 3.5e4 if slow else 5e4}
+        for g in range(2):
+            clocked_down = slow and i == 3 and g == 0
+            values[f"sm_active@{g}"] = 0.75 if huge is None else huge
+            values[f"sm_clock_mhz@{g}"] = (
+                (1_500.0 if clocked_down else 1_980.0) if huge is None else huge * (1 - i / 100)
+            )
+            values[f"clock_event_reasons@{g}"] = (
+                float(UNKNOWN_REASON | 8) if i == 3 and g == 0 else 0.0
+            )
+        if huge is not None:
+            values.update(
+                {"procs_running": huge, "ib_xmit_wait_rate": huge, "cpu_idle_cores": huge}
+            )
+        frames[f"n{i}"] = values
+    return frames
+
+
+def feed(pipeline: Pipeline, buckets: range, slow_from: int, huge: float | None = None) -> list:
+    """Score ``buckets`` of :func:`hand_frames`; the fail-slow verdicts in order."""
+    verdicts = []
+    for b in buckets:
+        now_s = (b + 1) * B / 1000 + 1
+        for node, values in hand_frames(b, b >= slow_from, huge).items():
+            pipeline.add(GROUP, node, b * B, values, {}, now_s)
+        verdicts.extend(s.failslow for s in pipeline.due(GROUP, now_s))
+    return verdicts
+
+
+def test_unknown_reason_bit_63_on_a_confirmed_slowdown_is_localised_not_a_crash() -> None:
+    """DCGM's 2^63 reason on the slow GPU: the drop is confirmed and n3/gpu0 blamed."""
+    verdicts = feed(Pipeline.from_settings(SETTINGS), range(60), slow_from=40)
+    blamed = {(c.node, c.gpu) for v in verdicts if v.slow for c in v.localisation.culprits}
+    assert blamed == {("n3", "0")}
+
+
+def test_huge_finite_gauges_snapshot_restore_and_keep_scoring() -> None:
+    """Gauges at 1.7e308: the saved state is finite JSON, restores, and scoring goes on."""
+    pipeline = Pipeline.from_settings(SETTINGS)
+    assert len(feed(pipeline, range(30), slow_from=99, huge=1.7e308)) == 30
+    snap = json.loads(json.dumps(pipeline.snapshot(GROUP), allow_nan=False))
+    assert snap["failslow"]["state"]["reference"]  # a reference was taken, and it is finite
+    restored = Pipeline.from_settings(SETTINGS)
+    restored.restore(GROUP, snap)
+    verdicts = feed(restored, range(30, 60), slow_from=40)
+    assert {(c.node, c.gpu) for v in verdicts if v.slow for c in v.localisation.culprits} == {
+        ("n3", "0")
+    }
+
+
+def test_state_saved_with_an_infinite_reference_still_restores() -> None:
+    """A snapshot written before the fix (reference = inf) restores; the inf is dropped."""
+    pipeline = Pipeline.from_settings(SETTINGS)
+    feed(pipeline, range(5), slow_from=99)
+    snap = pipeline.snapshot(GROUP)
+    snap["failslow"]["state"]["reference"]["sm_active"] = math.inf
+    restored = Pipeline.from_settings(SETTINGS)
+    restored.restore(GROUP, json.loads(json.dumps(snap)))
+    assert "sm_active" not in restored.snapshot(GROUP)["failslow"]["state"]["reference"]
+    assert len(feed(restored, range(5, 8), slow_from=99)) == 3
+
+
 # -- the frame adapter -------------------------------------------------------------------------
 
 
@@ -212,6 +286,10 @@ def test_node_metrics_take_per_gpu_keys_in_gpu_order() -> None:
     assert (m.cpu_idle_cores, m.run_queue, m.link_xmit_wait) == (3.5, 12.0, 1e6)
     assert math.isnan(m.link_tx_bytes)
     assert job_inputs({"n": values}).n_gpus == 2
+    masks = node_metrics(
+        {f"clock_event_reasons@{g}": v for g, v in enumerate([2.0**63, 2.0**64, -8.0])}
+    )
+    assert masks.clock_event_reasons == (UNKNOWN_REASON, 0, 0)  # 64-bit masks only
     other_ids = node_metrics({"sm_clock_mhz@GPU-a1": 1_900.0, "sm_clock_mhz@16": 1_850.0})
     assert other_ids.gpus == ("16", "GPU-a1") and other_ids.sm_clock_mhz == (1_850.0, 1_900.0)
 
