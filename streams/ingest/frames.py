@@ -140,7 +140,10 @@ def _better(reduce: str, va: float, ga: str | None, vb: float, gb: str | None) -
 def _reduce(reduce: str, items: Iterable[tuple[float, str | None]]) -> tuple[float, str | None]:
     """Fold ``items`` with ``reduce``: ``_better`` written out (this runs per feature per frame)."""
     if reduce == "sum":
-        return math.fsum(v for v, _ in items), None
+        try:
+            return math.fsum(v for v, _ in items), None
+        except (OverflowError, ValueError):  # a partial sum past 1e308, or inf + -inf
+            return math.nan, None
     it = iter(items)
     first = next(it, None)
     if first is None:
@@ -389,6 +392,8 @@ class FrameBuilder:
         self._keys: dict[tuple[tuple[str, str], ...], SeriesKey] = {}  # sorted labels -> key
         self._calls = 0
         self._departures: list[FrameData] = []
+        # features left out of emitted frames, by reason (counted here, not per ``add``)
+        self.dropped_results: dict[str, int] = {}
 
     def _add_use(self, metric: str, use: _Use) -> None:
         self._uses[metric] = (*self._uses.get(metric, ()), use)
@@ -721,18 +726,27 @@ class FrameBuilder:
                     continue
             if per_gpu is not None:
                 for v, g in items:
-                    if g is not None and isfinite(v):
-                        gpu_key = per_gpu.get(g)
-                        if gpu_key is None:
-                            gpu_key = self._per_gpu_key(per_gpu, name, g)
-                        values[gpu_key] = v
+                    if g is None:
+                        continue
+                    if not isfinite(v):
+                        self._drop_result()
+                        continue
+                    gpu_key = per_gpu.get(g)
+                    if gpu_key is None:
+                        gpu_key = self._per_gpu_key(per_gpu, name, g)
+                    values[gpu_key] = v
                 continue
             value, gpu = _reduce(reduce, items)
             if isfinite(value):
                 values[name] = value
                 if gpu is not None and reduce != "sum":
                     gpus[name] = gpu
+            else:  # a rate or a sum out of the float range: this feature only, counted
+                self._drop_result()
         return values, gpus
+
+    def _drop_result(self, reason: str = "non_finite_result") -> None:
+        self.dropped_results[reason] = self.dropped_results.get(reason, 0) + 1
 
     @staticmethod
     def _per_gpu_key(keys: dict[str, str], feature: str, gpu: str) -> str:

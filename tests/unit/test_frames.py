@@ -145,6 +145,38 @@ def test_per_gpu_max_and_min_remember_the_gpu() -> None:
     assert frame.gpus == {"temp": "3", "util": "5"}
 
 
+def test_a_sum_past_the_float_range_drops_that_feature_only() -> None:
+    """Issue 9: fsum raised on 1e308 + 1e308 and lost the batch; now the feature drops, counted."""
+    b = builder()
+    b.add(
+        [
+            series("procs_running", (T0, 1e308), cpu="a"),
+            series("procs_running", (T0, 1e308), cpu="b"),
+            series("gpu_temp", (T0, 50)),
+            series("procs_running", (T0, 3), instance="n2"),
+        ]
+    )
+    frames = {f.node: f.values for f in b.flush_all()}
+    assert frames == {"n1": {"temp": 50}, "n2": {"procs": 3}}
+    assert b.dropped_results == {"non_finite_result": 1}
+
+
+def test_plus_and_minus_infinite_rates_in_one_sum_drop_that_feature_only() -> None:
+    """Issue 9: a +inf and a -inf counter rate made fsum raise; the next close still works."""
+    b = builder()
+    b.add(
+        [
+            series("intr_total", (T0, -1e308), (T0 + S, 1e308), cpu="a"),  # +inf rate
+            series("intr_total", (T0, 0.0), (T0 + S, -1e308), cpu="b"),  # a "reset": -inf rate
+            series("gpu_temp", (T0, 50)),
+        ]
+    )
+    assert [f.values for f in b.close_due(T0 + 30 * S)] == [{"temp": 50}]
+    b.add([series("gpu_temp", (T0 + 30 * S, 51))])
+    assert [f.values for f in b.flush_all()] == [{"temp": 51}]
+    assert b.dropped_results == {"non_finite_result": 1}
+
+
 def test_sum_reduces_several_series_without_a_gpu() -> None:
     b = builder()
     b.add([series("procs_running", (T0, 3), cpu="a"), series("procs_running", (T0, 4), cpu="b")])
