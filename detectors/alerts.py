@@ -21,6 +21,11 @@ One alert per (node, family), however many features contribute, so a failing
 node produces at most one alert per family, not a storm. Group degradation is
 keyed with ``node=None``: it never names a node.
 
+Alertmanager identifies an alert by its whole label set, so the labels an
+alert fired with are its identity until it resolves: :func:`keep_identity`
+holds them (a class label chosen from the leading signal, say, must not move
+when a stronger signal takes the lead). The worst GPU is detail, never a label.
+
 Everything here is a pure function of (states, observations); states are frozen
 dataclasses with ``to_dict``/``from_dict`` round-tripping to JSON-safe dicts.
 """
@@ -48,6 +53,7 @@ __all__ = [
     "AlertStep",
     "Observation",
     "active_alerts",
+    "keep_identity",
     "step_alerts",
 ]
 
@@ -57,6 +63,7 @@ Status = Literal["firing", "resolved"]
 Phase = Literal["pending", "firing"]
 Trigger = Literal["hard", "soft", "silent"]
 AlertKey = tuple[str, str | None]  # (alertname, node); node None = the group itself
+Labels = tuple[tuple[str, str], ...]
 
 NODE_COLLAPSE = "PeerwatchNodeCollapse"
 NODE_SILENT = "PeerwatchNodeSilent"
@@ -320,6 +327,38 @@ def active_alerts(
     """The firing alerts as ``status="firing"`` changes (what the shell re-sends)."""
     firing = sorted((a for a in alerts if a.phase == "firing"), key=lambda a: _sort_key(a.key))
     return tuple(_change(a, group, "firing", bucket_ts, a.reason) for a in firing)
+
+
+def keep_identity(
+    fired: Mapping[AlertKey, Labels],
+    changes: Iterable[AlertChange],
+    active: Iterable[AlertChange],
+) -> tuple[dict[AlertKey, Labels], list[AlertChange], list[AlertChange]]:
+    """Give every firing alert the labels it fired with, until it resolves.
+
+    ``fired``: labels per (alertname, node) of the alerts firing before this
+    bucket. Returns the new ``fired`` (the alerts still firing), and ``changes``
+    and ``active`` with their labels held.
+    """
+    held = dict(fired)
+    out_changes: list[AlertChange] = []
+    for change in changes:
+        key = (change.alertname, change.node)
+        labels = held.get(key)
+        if labels is not None and labels != change.labels:
+            change = replace(change, labels=labels)
+        if change.status == "resolved":
+            held.pop(key, None)
+        else:
+            held[key] = change.labels
+        out_changes.append(change)
+    out_active = []
+    for alert in active:
+        key = (alert.alertname, alert.node)
+        labels = held.setdefault(key, alert.labels)  # firing before the labels were kept
+        out_active.append(alert if labels == alert.labels else replace(alert, labels=labels))
+    live = {(a.alertname, a.node) for a in out_active}
+    return {k: v for k, v in held.items() if k in live}, out_changes, out_active
 
 
 def _advance(

@@ -186,6 +186,8 @@ def _fire(state: GpuHealthState, change: AlertChange, bucket_ts: int) -> list[Al
     out: list[AlertChange] = []
     if current is not None:
         same_identity = current.change.severity == change.severity
+        if same_identity:  # the labels it fired with are its identity (class, group)
+            change = replace(change, labels=current.change.labels, group=current.change.group)
         if same_identity and current.change.action == change.action:
             # Same finding, fresher numbers (a creep's slope, say): keep the detail
             # for re-sends, but it is no new transition.
@@ -209,15 +211,19 @@ def _expire(
     for key, firing in list(state.firing.items()):
         if key in seen:
             continue
-        hold = params.xid_hold_buckets if firing.change.alertname == XID_ALERT else (
-            params.resolve_after
+        hold = (
+            params.xid_hold_buckets
+            if firing.change.alertname == XID_ALERT
+            else (params.resolve_after)
         )
         buckets_since = (bucket_ts - firing.last_evidence_ts) // params.bucket_ms
         if buckets_since >= hold:
             del state.firing[key]
             out.append(
                 replace(
-                    firing.change, status="resolved", bucket_ts=bucket_ts,
+                    firing.change,
+                    status="resolved",
+                    bucket_ts=bucket_ts,
                     reason=f"no new evidence for {buckets_since} buckets; was: "
                     f"{firing.change.reason}",
                 )

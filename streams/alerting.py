@@ -34,6 +34,12 @@ def _signal_text(signals: Any) -> str:
 
 
 def alert_labels(change: AlertChange) -> dict[str, str]:
+    """The alert's identity in Alertmanager: it must not change while the alert fires.
+
+    ``gpu`` is a label only where it identifies the alert (per-GPU XID, remap
+    and fail-slow alerts set it in ``change.labels``); a node alert's worst GPU
+    changes with its strongest signal, so it is an annotation (``worst_gpu``).
+    """
     labels = {
         "alertname": change.alertname,
         "severity": change.severity,
@@ -42,11 +48,15 @@ def alert_labels(change: AlertChange) -> dict[str, str]:
     }
     if change.node:
         labels["node"] = change.node
-    gpu = next((s.gpu for s in change.signals if getattr(s, "gpu", None)), None)
-    if gpu is not None:
-        labels["gpu"] = str(gpu)
     labels.update(change.labels)
     return labels
+
+
+def _worst_gpu(change: AlertChange) -> str | None:
+    if any(k == "gpu" for k, _ in change.labels):
+        return None
+    gpu = next((s.gpu for s in change.signals if getattr(s, "gpu", None)), None)
+    return None if gpu is None else str(gpu)
 
 
 def alert_annotations(change: AlertChange) -> dict[str, str]:
@@ -56,6 +66,7 @@ def alert_annotations(change: AlertChange) -> dict[str, str]:
         "description": change.reason,
         "signals": _signal_text(change.signals),
         "score": f"{change.score:.2f}",
+        **({"worst_gpu": gpu} if (gpu := _worst_gpu(change)) is not None else {}),
         **({"action": change.action} if change.action else {}),
         **({"lead_s": f"{change.lead_s:.0f}"} if change.lead_s is not None else {}),
     }

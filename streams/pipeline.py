@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from detectors.alerts import NODE_DEVIATION, AlertChange
+from detectors.alerts import NODE_DEVIATION, AlertChange, AlertKey, Labels, keep_identity
 from detectors.failslow.alerts import (
     FailSlowAlertParams,
     FailSlowAlertState,
@@ -111,6 +111,8 @@ class Pipeline:
         self.states: dict[str, GroupState] = {}
         self.gpu_states: dict[str, GpuHealthState] = {}
         self.failslow_groups: dict[str, _FailSlowGroup] = {}
+        # labels of the group's firing peer alerts, held until they resolve (keep_identity)
+        self.identities: dict[str, dict[AlertKey, Labels]] = {}
         self._log_xids: dict[str, list[XidEvent]] = {}
 
     @classmethod
@@ -181,16 +183,17 @@ class Pipeline:
                 symptoms=[*result.active, *result.changes],
             )
             verdict, slow_changes, slow_active = self._step_failslow(group, bucket)
+            self.identities[group], peer_changes, peer_active = keep_identity(
+                self.identities.get(group, {}),
+                map(self._classify, result.changes),
+                map(self._classify, result.active),
+            )
             out.append(
                 Scored(
                     bucket,
                     result,
-                    [*map(self._classify, result.changes), *gpu_changes, *slow_changes],
-                    [
-                        *map(self._classify, result.active),
-                        *active_gpu_alerts(gpu_state),
-                        *slow_active,
-                    ],
+                    [*peer_changes, *gpu_changes, *slow_changes],
+                    [*peer_active, *active_gpu_alerts(gpu_state), *slow_active],
                     time.perf_counter() - started,
                     verdict,
                 )
@@ -273,6 +276,13 @@ class Pipeline:
             "detector": state.to_dict() if state is not None else None,
             "gpu_health": gpu_state.to_dict() if gpu_state is not None else None,
             "failslow": slow.to_dict() if slow is not None else None,
+            "identity": [
+                [name, node, dict(labels)]
+                for (name, node), labels in sorted(
+                    self.identities.get(group, {}).items(),
+                    key=lambda kv: (kv[0][0], kv[0][1] or ""),
+                )
+            ],
         }
 
     def restore(self, group: str, snap: Mapping[str, Any]) -> None:
@@ -285,6 +295,10 @@ class Pipeline:
             )
         if snap.get("failslow") is not None:
             self.failslow_groups[group] = _FailSlowGroup.from_dict(snap["failslow"])
+        self.identities[group] = {
+            (str(name), None if node is None else str(node)): tuple(sorted(labels.items()))
+            for name, node, labels in snap.get("identity", ())
+        }
 
 
 def failslow_params(bucket_ms: int) -> FailSlowParams:

@@ -1,6 +1,6 @@
-"""AlertmanagerSink against a real Alertmanager: delivery, resolve, outage, outbox, resend.
+"""AlertmanagerSink against a real Alertmanager: delivery, resolve, outage, outbox, resend, identity
 
-Every test uses its own ``alertname`` and reads Alertmanager's API v2 back with
+Every test uses its own ``alertname`` (or node) and reads Alertmanager's API v2 back with
 a matcher on it, so tests share the session's Alertmanager without seeing each
 other's alerts.
 """
@@ -21,6 +21,9 @@ import httpx
 import pytest
 import pytest_asyncio
 
+from detectors.alerts import NODE_COLLAPSE, AlertParams, Observation, step_alerts
+from detectors.fusion import Signal
+from streams.alerting import to_payload
 from streams.services import Alertmanager, free_port
 from streams.sinks.alertmanager import AlertmanagerSink
 
@@ -288,3 +291,48 @@ async def test_keep_firing_puts_alerts_on_the_resend_schedule_without_sending_no
     async with running(sink):
         (shown,) = await wait_for(lambda: active_alerts(client, alertmanager_url, name))
     assert shown["labels"]["alertname"] == name
+
+
+# --- (e) alert identity: one node incident is one alert ------------------------------------------
+
+
+async def node_alerts(client: httpx.AsyncClient, base_url: str, node: str) -> list[dict]:
+    reply = await client.get(f"{base_url}/api/v2/alerts", params={"filter": f'node="{node}"'})
+    reply.raise_for_status()
+    return list(reply.json())
+
+
+async def test_a_node_incident_whose_worst_gpu_changes_is_one_alert_and_resolves(
+    alertmanager_url: str, client: httpx.AsyncClient
+) -> None:
+    """The lifecycle → payload → sink path, as the worker publishes: changes, then active."""
+    node = f"gpu-{uuid.uuid4().hex[:10]}"
+    key = (NODE_COLLAPSE, node)
+    sink = AlertmanagerSink(alertmanager_url, client, resend_s=0.2)
+    alerts: dict = {}
+    seen_while_firing: list[int] = []
+    start = int(time.time() * 1000) - 60_000
+    async with running(sink):
+        for i, gpu in enumerate(["2", "5", "7", None, None, None, None]):
+            obs = {}
+            if gpu is not None:  # stronger each bucket, so its signals (and worst GPU) move
+                signal = Signal("gpu_util", -(5.0 + i), 0.0, 99.0, gpu)
+                obs = {key: Observation("present", 5.0 + i, (signal,), f"collapse on gpu {gpu}")}
+            step = step_alerts(
+                alerts, obs, group="train-a", bucket_ts=start + i * 30_000, params=AlertParams()
+            )
+            alerts = dict(step.alerts)
+            sink.submit(to_payload(c) for c in step.changes)
+            sink.keep_firing(to_payload(a) for a in step.active)
+            await asyncio.sleep(0.5)  # a few resend ticks
+            if step.active:
+                shown = await wait_for(lambda: node_alerts(client, alertmanager_url, node))
+                seen_while_firing.append(len(shown))
+
+        async def gone() -> bool:
+            return not await node_alerts(client, alertmanager_url, node)
+
+        await wait_for(gone)
+        await asyncio.sleep(0.6)  # resend ticks must not bring a stale label set back
+        assert await node_alerts(client, alertmanager_url, node) == []
+    assert seen_while_firing == [1, 1, 1, 1, 1, 1]

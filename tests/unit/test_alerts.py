@@ -316,3 +316,82 @@ def test_sustained_split_group_fires_group_degraded_without_a_node_label() -> No
     ]
     assert "gpu_util down on 25/60 nodes" in changes[0].reason
     assert {s.feature for s in changes[0].signals} == {"gpu_util", "nfs_write_queue_s"}
+
+
+# --- alert identity: the labels an alert fired with stay until it resolves -----------------------
+
+
+def _collapse_run(gpus: list[str]):  # type: ignore[no-untyped-def]
+    """A node collapse growing stronger each bucket, its worst GPU moving; then clear."""
+    key = (NODE_COLLAPSE, "n1")
+    alerts: dict = {}
+    out = []
+    for i, gpu in enumerate([*gpus, None, None, None, None]):
+        obs = {}
+        if gpu is not None:
+            signal = Signal("gpu_util", -(5.0 + i), 0.0, 99.0, gpu)
+            obs = {key: Observation("present", 5.0 + i, (signal,), f"collapse {i}")}
+        step = step_alerts(alerts, obs, group="g", bucket_ts=i * BUCKET, params=PARAMS)
+        alerts = dict(step.alerts)
+        out.append(step)
+    return out
+
+
+def test_a_node_alert_keeps_its_labels_while_its_worst_gpu_changes() -> None:
+    """Alertmanager keys on the label set: one node incident, one label set until resolved."""
+    from streams.alerting import to_payload
+
+    steps = _collapse_run(["2", "5", "7"])
+    sent = [to_payload(c) for s in steps for c in (*s.changes, *s.active)]
+    assert {tuple(sorted(p["labels"].items())) for p in sent} == {
+        tuple(
+            sorted(
+                {
+                    "alertname": NODE_COLLAPSE,
+                    "severity": "critical",
+                    "group": "g",
+                    "source": "peerwatch",
+                    "node": "n1",
+                }.items()
+            )
+        )
+    }
+    assert [p["status"] for p in sent][-1] == "resolved"
+    # the worst GPU is detail: an annotation that follows the strongest signal
+    worst = [to_payload(s.active[0])["annotations"].get("worst_gpu") for s in steps[:3]]
+    assert worst == ["2", "5", "7"]
+
+
+def test_keep_identity_holds_fired_labels_until_the_alert_resolves() -> None:
+    from detectors.alerts import AlertChange, keep_identity
+
+    def change(status: str, klass: str, ts: int) -> AlertChange:
+        return AlertChange(
+            NODE_DEVIATION,
+            "n1",
+            "g",
+            status,
+            "warning",
+            5.0,
+            (),
+            "r",
+            ts,
+            0,
+            0,
+            labels=(("class", klass),),
+        )
+
+    fired, changes, active = keep_identity({}, [change("firing", "host", 0)], [])
+    assert fired == {} and changes[0].labels == (("class", "host"),)
+    fired, changes, active = keep_identity(
+        {}, [change("firing", "host", 0)], [change("firing", "host", 0)]
+    )
+    assert fired == {(NODE_DEVIATION, "n1"): (("class", "host"),)}
+    # a stronger signal of another class takes the lead: the label stays
+    fired, _, active = keep_identity(fired, [], [change("firing", "cpu", BUCKET)])
+    assert active[0].labels == (("class", "host"),)
+    fired, changes, active = keep_identity(fired, [change("resolved", "cpu", 2 * BUCKET)], [])
+    assert changes[0].labels == (("class", "host"),) and fired == {}
+    # a new incident after the resolve is a new alert with its own labels
+    _, changes, _ = keep_identity(fired, [change("firing", "cpu", 3 * BUCKET)], [])
+    assert changes[0].labels == (("class", "cpu"),)

@@ -75,8 +75,17 @@ def test_a_precursor_alert_on_the_node_is_linked_with_its_lead(catalog) -> None:
     state = GpuHealthState.new(catalog, GpuHealthParams())
     _run(state, _frames(), 0)
     symptom = AlertChange(
-        "PeerwatchNodeCollapse", "n1", "job", "firing", "critical", 10.0, (), "collapse",
-        T0 + 2 * B, T0 + 2 * B, T0 + 2 * B,
+        "PeerwatchNodeCollapse",
+        "n1",
+        "job",
+        "firing",
+        "critical",
+        10.0,
+        (),
+        "collapse",
+        T0 + 2 * B,
+        T0 + 2 * B,
+        T0 + 2 * B,
     )
     changes = _run(state, _frames({"n1": {"xid_last@0": 145.0}}), 4, symptoms=[symptom])
     assert changes[0].lead_s == 2 * B / 1000
@@ -107,3 +116,15 @@ def test_state_round_trips_through_json_mid_incident(catalog) -> None:  # type: 
 def test_params_are_validated() -> None:
     with pytest.raises(ValueError):
         GpuHealthParams(xid_hold_buckets=0)
+
+
+def test_an_escalated_action_is_resent_with_the_labels_the_alert_fired_with(catalog) -> None:  # type: ignore[no-untyped-def]
+    """64 (memory) then 79 (interconnect) in one incident: same alert, same labels, new action."""
+    state = GpuHealthState.new(catalog, GpuHealthParams())
+    _run(state, _frames(), 0)
+    (first,) = _run(state, _frames({"n1": {"xid_last@0": 64.0}}), 1)
+    (again,) = _run(state, _frames({"n1": {"xid_last@0": 79.0}}), 2)
+    assert (first.status, again.status) == ("firing", "firing")
+    assert again.action != first.action
+    assert again.labels == first.labels == (("class", "memory"), ("gpu", "0"))
+    assert [a.labels for a in active_gpu_alerts(state)] == [first.labels]
