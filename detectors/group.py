@@ -134,6 +134,7 @@ from detectors.fusion import (
 )
 from detectors.multivariate import GroupModel, MultivariateParams
 from detectors.peer import peer_zscores
+from detectors.population import Composition, PopulationParams, Populations, step_populations
 
 __all__ = [
     "BucketResult",
@@ -218,6 +219,7 @@ class ScoringParams:
     baseline: BaselineParams = field(default_factory=lambda: BaselineParams(regimes=2))
     multivariate: bool = True
     model: MultivariateParams = field(default_factory=MultivariateParams)
+    population: PopulationParams = field(default_factory=PopulationParams)
 
     def __post_init__(self) -> None:
         if isinstance(self.min_peers, bool) or not isinstance(self.min_peers, int):
@@ -255,6 +257,8 @@ class ScoringParams:
             raise ValueError(f"baseline must be a BaselineParams, got {self.baseline!r}")
         if not isinstance(self.model, MultivariateParams):
             raise ValueError(f"model must be a MultivariateParams, got {self.model!r}")
+        if not isinstance(self.population, PopulationParams):
+            raise ValueError(f"population must be a PopulationParams, got {self.population!r}")
 
     @cached_property
     def fusion(self) -> FusionParams:
@@ -415,6 +419,7 @@ class GroupState:
     levels: GroupLevels = field(default_factory=GroupLevels)
     baselines: NodeBaselines = field(default_factory=NodeBaselines)
     model: GroupModel | None = None
+    populations: Populations = field(default_factory=Populations)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, GroupState):
@@ -433,6 +438,7 @@ class GroupState:
             # an empty NodeBaselines (0 regimes) is not a readable to_dict: store none
             "baselines": self.baselines.to_dict() if self.baselines.nodes else None,
             "model": None if self.model is None else self.model.to_dict(),
+            "populations": self.populations.to_dict(),
         }
 
     @classmethod
@@ -448,6 +454,7 @@ class GroupState:
         current = schema == STATE_SCHEMA
         baselines = data.get("baselines") if current else None
         model = data.get("model") if current else None
+        populations = data.get("populations") if current else None
         return cls(
             last_bucket_ts=None if last is None else int(last),
             alerts={a.key: a for a in alerts},
@@ -458,6 +465,10 @@ class GroupState:
                 if model is None
                 else GroupModel.from_dict(model, model_params or MultivariateParams())
             ),
+            # states saved before populations: everyone is placed afresh (known nodes as job)
+            populations=Populations()
+            if populations is None
+            else Populations.from_dict(populations),
         )
 
 
@@ -484,6 +495,8 @@ class BucketResult:
     group_shifts: tuple[GroupShift, ...] = ()
     ignored: tuple[str, ...] = ()
     stale: bool = False
+    idle: tuple[str, ...] = ()
+    composition: Composition | None = None
 
 
 def score_bucket(
@@ -514,9 +527,15 @@ def score_bucket(
         dupes = sorted({n for n in names if names.count(n) > 1})
         raise ValueError(f"duplicate feature name(s): {', '.join(dupes)}")
 
-    members = sorted(set(expected))
+    expected_set = set(expected)
+    known = {node for (_, node) in state.alerts if node is not None} | set(state.baselines.nodes)
+    populations, composition = step_populations(
+        state.populations.retain(expected_set), frames, expected_set, params.population, known
+    )
+    # Only the job population is scored; idle nodes are reported, never paged.
+    members = sorted(populations.job)
     member_set = set(members)
-    ignored = tuple(sorted(n for n in frames if n not in member_set))
+    ignored = tuple(sorted(n for n in frames if n not in expected_set))
     reporting = [n for n in members if frames.get(n)]
     silent = [n for n in members if not frames.get(n)]
 
@@ -554,6 +573,7 @@ def score_bucket(
             members,
             params.max_signals,
             _exporter_gaps(values, stats.present, reporting, names, params),
+            composition,
         ),
         group=group,
         bucket_ts=bucket_ts,
@@ -566,6 +586,7 @@ def score_bucket(
         levels=levels,
         baselines=learned.baselines,
         model=learned.model,
+        populations=populations,
     )
     verdicts = {n: fused.verdicts[n] for n in members}
     return new_state, BucketResult(
@@ -577,6 +598,8 @@ def score_bucket(
         group_events=fused.group_events,
         group_shifts=shifts,
         ignored=ignored,
+        idle=tuple(sorted(populations.idle)),
+        composition=composition,
     )
 
 
@@ -905,6 +928,7 @@ def _observations(
     members: Sequence[str],
     max_signals: int,
     gaps: Mapping[str, Sequence[str]],
+    composition: Composition,
 ) -> dict[AlertKey, Observation]:
     unknown = Observation("unknown")
     absent = Observation("absent")
@@ -957,12 +981,12 @@ def _observations(
             obs[(NODE_DEVIATION, node)] = Observation("present", v.score, v.signals, v.reason)
         else:
             obs[(NODE_DEVIATION, node)] = clear((NODE_DEVIATION, node))
-    obs[(GROUP_DEGRADED, None)] = _group_observation(fused, shifts, max_signals)
+    obs[(GROUP_DEGRADED, None)] = _group_observation(fused, shifts, max_signals, composition)
     return obs
 
 
 def _group_observation(
-    fused: FusedBucket, shifts: Sequence[GroupShift], max_signals: int
+    fused: FusedBucket, shifts: Sequence[GroupShift], max_signals: int, composition: Composition
 ) -> Observation:
     """PeerwatchGroupDegraded's evidence: shifted medians first (largest change), then events.
 
@@ -977,6 +1001,5 @@ def _group_observation(
     signals = [s.as_signal() for s in ranked] + [e.as_signal() for e in widest]
     score = max([1.0] * bool(shifts) + [e.fraction for e in events])
     parts = [s.describe() for s in ranked] + [e.describe() for e in events]
-    return Observation(
-        "present", score, tuple(signals[:max_signals]), "group-level: " + "; ".join(parts)
-    )
+    reason = "group-level: " + "; ".join(parts) + f" ({composition.describe()})"
+    return Observation("present", score, tuple(signals[:max_signals]), reason)

@@ -80,6 +80,8 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
         metrics.buckets.labels(group=bucket.group).inc()
         metrics.bucket_nodes.labels(group=bucket.group).set(len(bucket.frames))
         metrics.score_seconds.observe(scored.seconds)
+        if scored.result.composition is not None:
+            metrics.observe_composition(bucket.group, scored.result.composition)
         slo = pipeline.slo_summary(bucket.group)
         if slo is not None:
             verdict = scored.failslow

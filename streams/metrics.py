@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from detectors.failslow.slo import SloSummary
+from detectors.population import Composition
 
 
 @dataclass
@@ -65,6 +66,13 @@ class WorkerMetrics:
             "peerwatch_worker_bucket_nodes",
             "nodes present in the last scored bucket",
             ["group"],
+            registry=r,
+        )
+        self.group_nodes = Gauge(
+            "peerwatch_group_nodes",
+            "nodes of a group by population after its last scored bucket: job (scored as peers), "
+            "busy (job nodes busy now), idle (spares and idle nodes: reported, never paged)",
+            ["group", "population"],
             registry=r,
         )
         self.score_seconds = Histogram(
@@ -151,6 +159,14 @@ class WorkerMetrics:
         self.job_slow_incidents = Counter(
             "peerwatch_job_slow_incidents", "fail-slow incidents of the job", ["group"], registry=r
         )
+
+    def observe_composition(self, group: str, composition: Composition) -> None:
+        for population, n in (
+            ("job", composition.job),
+            ("busy", composition.busy),
+            ("idle", composition.idle),
+        ):
+            self.group_nodes.labels(group=group, population=population).set(n)
 
     def observe_slo(self, group: str, summary: SloSummary, *, slow: bool | None = None) -> None:
         """Export one job's SLO figures (``Pipeline.slo_summary``); ``slow``: the last verdict.

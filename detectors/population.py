@@ -1,0 +1,158 @@
+"""Who is a peer: a group's job population and the idle nodes beside it.
+
+A peer group keyed by ``cluster`` (the default) holds every node that reports
+with that label: the job's nodes *and* the spares and idle nodes beside them
+(the source cluster: 63 nodes, 60 in the job, 3 spares). An idle spare's
+interrupts, processes and GPU utilisation are a fraction of a training node's;
+scored as a peer it looks collapsed at first sight. So each group keeps two
+populations:
+
+* **job** -- nodes that have been busy (worst-GPU utilisation at least
+  ``busy_level``) with the others; they are scored against each other;
+* **idle** -- nodes seen only idle: reported (composition), never scored and
+  never paged. XIDs and GPU health are judged per GPU elsewhere and still page.
+
+A *collapse* is a change: a job node that goes idle stays in the job
+population, so its peers' median convicts it at once. It leaves the job only
+when it stays idle for ``release_buckets`` while the job runs on without it
+(at least ``running_share`` of the job busy: it was excluded and replaced),
+and its node alerts resolve as it leaves. While the whole job is idle (the
+job died, a restart load) nobody is released: that is the group-shift guard's
+case. An idle node that turns busy joins the job at once, without a page (a
+spare taken in after a failure). Membership is sticky through silence and
+through buckets that lack the activity feature (dcgm-exporter down is an
+exporter gap of a job node, not a change of population); a node seen for the
+first time without it is a job node, as before populations existed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Composition", "PopulationParams", "Populations", "step_populations"]
+
+
+@dataclass(frozen=True)
+class PopulationParams:
+    """``activity_feature`` (a frame feature; worst-GPU utilisation, %), ``busy_level`` (busy at
+    or above it), ``release_buckets`` (idle buckets while the job runs on before a job node
+    leaves it: 120 = 1 h), ``running_share`` (share of the job busy for "runs on")."""
+
+    activity_feature: str = "gpu_util"
+    busy_level: float = 50.0
+    release_buckets: int = 120
+    running_share: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not self.activity_feature:
+            raise ValueError("activity_feature must name a feature")
+        if not (math.isfinite(self.busy_level) and self.busy_level > 0):
+            raise ValueError(f"busy_level must be finite and > 0, got {self.busy_level!r}")
+        if isinstance(self.release_buckets, bool) or not isinstance(self.release_buckets, int):
+            raise ValueError(f"release_buckets must be an int, got {self.release_buckets!r}")
+        if self.release_buckets < 1:
+            raise ValueError(f"release_buckets must be >= 1, got {self.release_buckets}")
+        if not 0 < self.running_share <= 1:
+            raise ValueError(f"running_share must be in (0, 1], got {self.running_share!r}")
+
+
+@dataclass(frozen=True)
+class Composition:
+    """A group's make-up after one bucket: job nodes (busy now or not) and idle nodes."""
+
+    job: int
+    busy: int
+    idle: int
+
+    def describe(self) -> str:
+        return f"{self.job} job nodes ({self.busy} busy), {self.idle} idle"
+
+
+@dataclass(frozen=True)
+class Populations:
+    """The job and idle populations of one group; ``idle_streak``: job nodes' idle buckets
+    while the job ran on (only nonzero entries)."""
+
+    job: frozenset[str] = frozenset()
+    idle: frozenset[str] = frozenset()
+    idle_streak: Mapping[str, int] = field(default_factory=dict)
+
+    def retain(self, nodes: Collection[str]) -> Populations:
+        """Forget nodes outside ``nodes`` (no longer members of the group)."""
+        keep = set(nodes)
+        return Populations(
+            self.job & keep,
+            self.idle & keep,
+            {n: k for n, k in self.idle_streak.items() if n in keep},
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job": sorted(self.job),
+            "idle": sorted(self.idle),
+            "idle_streak": dict(sorted(self.idle_streak.items())),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Populations:
+        job = frozenset(str(n) for n in data.get("job", ()))
+        idle = frozenset(str(n) for n in data.get("idle", ())) - job
+        streak = {str(n): int(k) for n, k in data.get("idle_streak", {}).items() if n in job}
+        return cls(job, idle, {n: k for n, k in streak.items() if k > 0})
+
+
+def step_populations(
+    prior: Populations,
+    frames: Mapping[str, Mapping[str, float]],
+    members: Iterable[str],
+    params: PopulationParams,
+    known: Collection[str] = (),
+) -> tuple[Populations, Composition]:
+    """One bucket: place every member in the job or idle population.
+
+    ``frames`` are the bucket's frames, ``members`` the group's expected nodes,
+    ``known`` nodes the group's detectors already hold state for (open alerts,
+    learned baselines): seen for the first time after a restore, they are job
+    nodes whatever they do now, so a collapsed culprit is not mistaken for a
+    spare.
+    """
+    nodes = sorted(set(members))
+    busy: dict[str, bool | None] = {}
+    for node in nodes:
+        value = frames.get(node, {}).get(params.activity_feature)
+        busy[node] = (
+            None if value is None or not math.isfinite(value) else (value >= params.busy_level)
+        )
+    job = {n for n in nodes if n in prior.job}
+    idle = {n for n in nodes if n in prior.idle}
+    for node in nodes:
+        if node in job or node in idle:
+            continue
+        if busy[node] is False and node not in known:
+            idle.add(node)
+        else:
+            job.add(node)
+    joining = {n for n in idle if busy[n]}
+    job |= joining
+    idle -= joining
+
+    busy_job = sum(1 for n in job if busy[n])
+    running = bool(job) and busy_job >= params.running_share * len(job)
+    streak: dict[str, int] = {}
+    for node in sorted(job):
+        kept = prior.idle_streak.get(node, 0)
+        if busy[node] is False and running:
+            streak[node] = kept + 1
+        elif kept and not busy[node]:
+            # silent, no activity feature, or the whole job paused (a save): no evidence
+            streak[node] = kept
+    released = {n for n, k in streak.items() if k >= params.release_buckets}
+    job -= released
+    idle |= released
+    for node in released:
+        del streak[node]
+    populations = Populations(frozenset(job), frozenset(idle), streak)
+    return populations, Composition(len(job), sum(1 for n in job if busy[n]), len(idle))

@@ -1,0 +1,138 @@
+"""Spares and idle nodes are not peers; a collapse is a change, not a state seen at first sight."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from detectors.population import PopulationParams, Populations, step_populations
+from streams.offline import run_offline
+from streams.settings import Settings
+from streams.sources.simulator.cluster import DEFAULT_START_MS, ClusterConfig
+from streams.sources.simulator.faults import NvlinkBusFault
+from streams.sources.simulator.run import generate
+
+BUSY = {"gpu_util": 99.0}
+IDLE = {"gpu_util": 0.0}
+PARAMS = PopulationParams(release_buckets=3)
+
+
+def _step(prior: Populations, frames: dict, known: tuple[str, ...] = ()) -> Populations:
+    populations, _ = step_populations(prior, frames, frames, PARAMS, known)
+    return populations
+
+
+def _fleet(busy: int, idle: int) -> dict[str, dict[str, float]]:
+    frames = {f"n{i:02d}": dict(BUSY) for i in range(busy)}
+    frames.update({f"s{i}": dict(IDLE) for i in range(idle)})
+    return frames
+
+
+def test_nodes_idle_at_first_sight_are_the_idle_population() -> None:
+    populations, composition = step_populations(Populations(), _fleet(6, 2), _fleet(6, 2), PARAMS)
+    assert populations.idle == {"s0", "s1"}
+    assert len(populations.job) == 6
+    assert (composition.job, composition.busy, composition.idle) == (6, 6, 2)
+
+
+def test_a_job_node_that_goes_idle_stays_in_the_job_population() -> None:
+    populations = _step(Populations(), _fleet(6, 0))
+    frames = _fleet(6, 0) | {"n03": dict(IDLE)}
+    populations = _step(populations, frames)
+    assert "n03" in populations.job
+    assert populations.idle_streak == {"n03": 1}
+
+
+def test_an_idle_node_turning_busy_joins_the_job_at_once() -> None:
+    populations = _step(Populations(), _fleet(6, 1))
+    populations = _step(populations, _fleet(7, 0) | {"s0": dict(BUSY)})
+    assert "s0" in populations.job and not populations.idle
+
+
+def test_a_job_node_idle_while_the_job_runs_on_is_released_after_release_buckets() -> None:
+    populations = _step(Populations(), _fleet(6, 0))
+    frames = _fleet(6, 0) | {"n03": dict(IDLE)}
+    for _ in range(PARAMS.release_buckets - 1):
+        populations = _step(populations, frames)
+    assert "n03" in populations.job
+    populations = _step(populations, frames)
+    assert "n03" in populations.idle and "n03" not in populations.idle_streak
+
+
+def test_nobody_is_released_while_the_whole_job_is_idle() -> None:
+    populations = _step(Populations(), _fleet(6, 0))
+    dead = {n: dict(IDLE) for n in _fleet(6, 0)}
+    for _ in range(10 * PARAMS.release_buckets):
+        populations = _step(populations, dead)
+    assert len(populations.job) == 6 and not populations.idle_streak
+
+
+def test_a_paused_job_keeps_the_culprits_idle_streak() -> None:
+    populations = _step(Populations(), _fleet(6, 0))
+    culprit_idle = _fleet(6, 0) | {"n03": dict(IDLE)}
+    populations = _step(populations, culprit_idle)
+    populations = _step(populations, {n: dict(IDLE) for n in culprit_idle})  # a save: all dip
+    assert populations.idle_streak == {"n03": 1}
+    populations = _step(populations, culprit_idle)
+    assert populations.idle_streak == {"n03": 2}
+
+
+def test_a_node_without_the_activity_feature_is_a_job_node_and_keeps_its_place() -> None:
+    populations = _step(Populations(), {"n0": {"procs_running": 12.0}, "s0": dict(IDLE)})
+    assert populations.job == {"n0"} and populations.idle == {"s0"}
+    populations = _step(populations, {"n0": {}, "s0": {"procs_running": 1.0}})
+    assert populations.job == {"n0"} and populations.idle == {"s0"}
+
+
+def test_a_known_node_idle_at_first_sight_is_a_job_node() -> None:
+    """After a restore without populations, a collapsed culprit is not taken for a spare."""
+    populations = _step(Populations(), _fleet(6, 0) | {"n09": dict(IDLE)}, known=("n09",))
+    assert "n09" in populations.job
+
+
+def test_round_trip() -> None:
+    populations = _step(Populations(), _fleet(6, 2))
+    populations = _step(populations, _fleet(6, 2) | {"n01": dict(IDLE)})
+    assert Populations.from_dict(populations.to_dict()) == populations
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"activity_feature": ""},
+        {"busy_level": 0.0},
+        {"release_buckets": 0},
+        {"release_buckets": True},
+        {"running_share": 0.0},
+    ],
+)
+def test_params_are_validated(bad: dict) -> None:
+    with pytest.raises(ValueError):
+        PopulationParams(**bad)
+
+
+# --- through the ingest's frame builder and the worker's pipeline, default settings ----------
+
+
+def _alerts(config: ClusterConfig, hours: float) -> Counter:
+    end = config.start_ms + int(hours * 3_600_000)
+    run = run_offline(generate(config, end_ms=end), Settings())
+    return Counter((c.alertname, c.node) for c in run.changes if c.status == "firing")
+
+
+def test_idle_spares_in_the_cluster_group_are_never_paged() -> None:
+    """The source's shape: 63 nodes, 60 in the job, 3 idle spares, grouped by ``cluster``."""
+    config = ClusterConfig(
+        seed=11, job_label=None, spares=3, first_save_s=60.0, checkpoint_interval_s=1200.0
+    )
+    assert _alerts(config, 0.75) == Counter()
+
+
+def test_a_job_node_that_collapses_beside_idle_spares_still_pages_at_once() -> None:
+    onset = DEFAULT_START_MS + 20 * 60_000
+    fault = NvlinkBusFault(node="gpu070", gpu=2, onset_ms=onset)
+    config = ClusterConfig(seed=12, job_label=None, spares=3, faults=(fault,))
+    fired = _alerts(config, 0.5)
+    assert fired[("PeerwatchNodeCollapse", "gpu070")] == 1
+    assert not [k for k in fired if k[1] in config.spare_hosts]
