@@ -288,3 +288,23 @@ def xid_log(ctx: click.Context, kafka: str | None, node: str, group: str) -> Non
 
     sent = run_xid_log(_settings(ctx, kafka=kafka), node, group)
     click.echo(f"sent {sent} XID lines", err=True)
+
+
+@main.command("prometheus-config")
+@click.option(
+    "--url",
+    default=None,
+    help="The ingest's remote_write URL (default http://peerwatch-ingest:9201/api/v1/write).",
+)
+@click.pass_context
+def prometheus_config(ctx: click.Context, url: str | None) -> None:
+    """Print the remote_write snippet for prometheus.yml that keeps what peerwatch reads."""
+    from detectors.features import DEFAULT_FEATURES, select_features
+    from streams.deploy_config import DEFAULT_WRITE_URL, remote_write_config
+
+    settings = _settings(ctx)
+    try:
+        features = select_features(DEFAULT_FEATURES, settings.features)
+    except ValueError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+    click.echo(remote_write_config(features, url or DEFAULT_WRITE_URL), nl=False)

@@ -1,4 +1,5 @@
-"""Real services on loopback: Apache Kafka (KRaft), the embedded Tansu broker, Alertmanager.
+"""Real services on loopback: Apache Kafka (KRaft), the embedded Tansu broker, Alertmanager,
+Prometheus and node_exporter.
 
 Used by the integration test session and by ``peerwatch demo``. Each launcher
 starts one child process on 127.0.0.1, blocks until the service really serves
@@ -494,12 +495,32 @@ receivers:
 """
 
 
-class Alertmanager(_ManagedProcess):
+class _PrometheusServer(_ManagedProcess):
+    """A Prometheus-project server on 127.0.0.1: state in ``workdir``, ready at ``/-/ready``."""
+
+    def __init__(self, workdir: str | os.PathLike[str], port: int | None, log_name: str) -> None:
+        super().__init__()
+        self.workdir = Path(workdir).resolve()
+        self.port = port if port is not None else free_port()
+        self._log_path = self.workdir / log_name
+        self.binary = ""
+
+    @property
+    def url(self) -> str:
+        """Base URL, e.g. ``http://127.0.0.1:9093``."""
+        return f"http://{LOOPBACK}:{self.port}"
+
+    def _is_ready(self) -> bool:
+        return _http_ok(f"{self.url}/-/ready")
+
+
+class Alertmanager(_PrometheusServer):
     """Prometheus Alertmanager (Debian ``prometheus-alertmanager``) on 127.0.0.1.
 
     ``config`` is an Alertmanager YAML file (e.g. the repo's deploy config);
     without it a minimal config with a single no-op receiver is written to
     ``workdir``. Clustering is off (no gossip port), state lives in ``workdir``.
+    API under ``/api/v2``.
     """
 
     name = "Alertmanager"
@@ -512,17 +533,8 @@ class Alertmanager(_ManagedProcess):
         port: int | None = None,
         config: str | os.PathLike[str] | None = None,
     ) -> None:
-        super().__init__()
-        self.workdir = Path(workdir).resolve()
-        self.port = port if port is not None else free_port()
+        super().__init__(workdir, port, "alertmanager.log")
         self.config = Path(config).resolve() if config is not None else None
-        self._log_path = self.workdir / "alertmanager.log"
-        self.binary = ""
-
-    @property
-    def url(self) -> str:
-        """Base URL, e.g. ``http://127.0.0.1:9093`` (API under ``/api/v2``)."""
-        return f"http://{LOOPBACK}:{self.port}"
 
     def _prepare(self) -> None:
         self.binary = alertmanager_binary()
@@ -541,13 +553,6 @@ class Alertmanager(_ManagedProcess):
             "--cluster.listen-address=",
         ]
 
-    def _is_ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as response:
-                return bool(response.status == 200)
-        except (urllib.error.URLError, OSError):
-            return False
-
 
 def alertmanager_binary() -> str:
     """Debian's ``/usr/bin/prometheus-alertmanager``, else ``alertmanager`` on PATH."""
@@ -561,3 +566,89 @@ def alertmanager_binary() -> str:
             "(or put an `alertmanager` binary on PATH)"
         )
     return found
+
+
+def _debian_binary(debian: str, *names: str, package: str) -> str:
+    """``/usr/bin/<debian>`` if installed, else the first of ``names`` on PATH."""
+    path = Path("/usr/bin") / debian
+    if path.is_file() and os.access(path, os.X_OK):
+        return str(path)
+    for name in names:
+        found = shutil.which(name)
+        if found is not None:
+            return found
+    raise ServiceUnavailable(f"{debian} not found: apt-get install {package}")
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+class NodeExporter(_ManagedProcess):
+    """Prometheus node_exporter (Debian ``prometheus-node-exporter``) on 127.0.0.1."""
+
+    name = "node_exporter"
+    startup_timeout = 30.0
+    stop_timeout = 10.0
+
+    def __init__(self, workdir: str | os.PathLike[str], port: int | None = None) -> None:
+        super().__init__()
+        self.port = port if port is not None else free_port()
+        self._log_path = Path(workdir).resolve() / "node_exporter.log"
+        self.binary = ""
+
+    @property
+    def target(self) -> str:
+        """``host:port`` to scrape."""
+        return f"{LOOPBACK}:{self.port}"
+
+    def _prepare(self) -> None:
+        self.binary = _debian_binary(
+            "prometheus-node-exporter", "node_exporter", package="prometheus-node-exporter"
+        )
+
+    def _command(self) -> list[str]:
+        return [self.binary, f"--web.listen-address={self.target}"]
+
+    def _is_ready(self) -> bool:
+        return _http_ok(f"http://{self.target}/metrics")
+
+
+class Prometheus(_PrometheusServer):
+    """Prometheus (Debian ``prometheus``) on 127.0.0.1 with a given ``prometheus.yml``.
+
+    Its TSDB (and WAL, which remote_write reads from) lives in ``workdir``; API
+    under ``/api/v1``.
+    """
+
+    name = "Prometheus"
+    startup_timeout = 60.0
+    stop_timeout = 15.0
+
+    def __init__(
+        self,
+        workdir: str | os.PathLike[str],
+        config: str | os.PathLike[str],
+        port: int | None = None,
+    ) -> None:
+        super().__init__(workdir, port, "prometheus.log")
+        self.config = Path(config).resolve()
+
+    def _prepare(self) -> None:
+        self.binary = _debian_binary("prometheus", "prometheus", package="prometheus")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+
+    def _command(self) -> list[str]:
+        return [
+            self.binary,
+            f"--config.file={self.config}",
+            f"--storage.tsdb.path={self.workdir / 'data'}",
+            f"--web.listen-address={LOOPBACK}:{self.port}",
+            # On stop, give up on unsent remote_write samples after 2 s (default 1 min):
+            # the receiver is usually gone already.
+            "--storage.remote.flush-deadline=2s",
+        ]

@@ -1,23 +1,38 @@
-"""The shipped Alertmanager config is valid and routes peerwatch alerts as documented."""
+"""The shipped configs: Alertmanager's is valid and routes peerwatch alerts as documented;
+Prometheus' remote_write snippet is valid and keeps exactly the metric names the catalog reads."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
+from click.testing import CliRunner
 
-CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "alertmanager" / "alertmanager.yml"
+from streams.cli import main
+from streams.deploy_config import catalog_metric_names, remote_write_config
+from streams.ingest.frames import frame_builder_for
+from streams.settings import Settings
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+CONFIG = DEPLOY / "alertmanager" / "alertmanager.yml"
+REMOTE_WRITE = DEPLOY / "prometheus" / "remote_write.yml"
+
+
+def _run(tool: str, package: str, *args: str) -> str:
+    path = shutil.which(tool)
+    if path is None:
+        pytest.fail(f"{tool} (Debian {package}) is not installed")
+    done = subprocess.run([path, *args], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def _amtool(*args: str) -> str:
-    amtool = shutil.which("amtool")
-    if amtool is None:
-        pytest.fail("amtool (Debian prometheus-alertmanager) is not installed")
-    done = subprocess.run([amtool, *args], capture_output=True, text=True, timeout=30)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+    return _run("amtool", "prometheus-alertmanager", *args)
 
 
 def test_the_config_passes_amtool() -> None:
@@ -38,3 +53,57 @@ def test_routes(labels: list[str], receiver: str) -> None:
         "config", "routes", "test", f"--config.file={CONFIG}", "source=peerwatch", *labels
     )
     assert out.strip() == receiver
+
+
+def _keep_regex() -> re.Pattern[str]:
+    (rule,) = yaml.safe_load(REMOTE_WRITE.read_text())["remote_write"][0]["write_relabel_configs"]
+    assert rule["action"] == "keep" and rule["source_labels"] == ["__name__"]
+    return re.compile(rule["regex"])  # Prometheus anchors it: fullmatch
+
+
+def test_the_shipped_remote_write_is_the_generated_one() -> None:
+    """The shipped remote_write.yml is `peerwatch prometheus-config` of the default catalog."""
+    assert REMOTE_WRITE.read_text() == remote_write_config()
+
+
+def test_prometheus_config_command_prints_the_shipped_file() -> None:
+    done = CliRunner().invoke(main, ["prometheus-config"], env={"PEERWATCH_FEATURES": None})
+    assert done.exit_code == 0, done.output
+    assert done.output == REMOTE_WRITE.read_text()
+
+
+def test_prometheus_config_command_honours_the_feature_selection() -> None:
+    """An operator running a subset of features forwards only that subset's metrics."""
+    done = CliRunner().invoke(
+        main,
+        ["prometheus-config", "--url", "http://10.0.0.5:9201/api/v1/write"],
+        env={"PEERWATCH_FEATURES": '["intr_rate", "nfs_read_rtt_s"]'},
+    )
+    assert done.exit_code == 0, done.output
+    (writer,) = yaml.safe_load(done.output)["remote_write"]
+    assert writer["url"] == "http://10.0.0.5:9201/api/v1/write"
+    assert writer["write_relabel_configs"][0]["regex"] == (
+        "node_intr_total|node_mountstats_nfs_operations_requests_total|"
+        "node_mountstats_nfs_operations_response_time_seconds_total"
+    )
+
+
+def test_the_keep_regex_keeps_every_name_the_ingest_reads() -> None:
+    """Every metric name the ingest's frame builder reads passes Prometheus' keep (39 today;
+    node_cpu_seconds_total, the two InfiniBand counters and DCGM_FI_PROF_SM_ACTIVE were dropped)."""
+    read = frame_builder_for(Settings()).metric_names
+    assert read == set(catalog_metric_names())
+    keep = _keep_regex()
+    assert sorted(n for n in read if not keep.fullmatch(n)) == []
+    assert len(read) == 39
+
+
+@pytest.mark.parametrize(
+    "name", ["node_load1", "DCGM_FI_DEV_FB_USED", "node_memory_MemFree_bytes", "up", "trainer_"]
+)
+def test_the_keep_regex_drops_what_no_feature_reads(name: str) -> None:
+    assert not _keep_regex().fullmatch(name)
+
+
+def test_the_remote_write_snippet_passes_promtool() -> None:
+    assert "SUCCESS" in _run("promtool", "prometheus", "check", "config", str(REMOTE_WRITE))
