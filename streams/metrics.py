@@ -39,6 +39,12 @@ class IngestMetrics:
         self.kafka_errors = Counter(
             "peerwatch_ingest_kafka_errors", "failed produce attempts (retried)", registry=r
         )
+        self.frames_dropped = Counter(
+            "peerwatch_ingest_frames_dropped",
+            "frames Kafka can never take (logged, not retried), by reason",
+            ["reason"],
+            registry=r,
+        )
 
 
 @dataclass

@@ -5,6 +5,11 @@ leaves the queue only after Kafka acknowledged it (acks=all). While the broker
 is unreachable the task retries with backoff, and the ingest answers 503 once
 the backlog passes its limit, so Prometheus keeps (and later re-sends) what we
 could not take instead of it being lost.
+
+Each frame of a batch has its own outcome: acknowledged frames leave the queue,
+frames hit by a retriable error are sent again (only they, so no duplicates), and
+a frame Kafka can never take (larger than ``max_request_size`` or the topic's
+``max.message.bytes``) is logged, counted and dropped rather than wedging the queue.
 """
 
 from __future__ import annotations
@@ -15,7 +20,12 @@ from collections import deque
 from collections.abc import Iterable
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError
+from aiokafka.errors import (
+    KafkaError,
+    MessageSizeTooLargeError,
+    RecordListTooLargeError,
+    RecordTooLargeError,
+)
 
 from streams.ingest.frames import FrameData
 from streams.metrics import IngestMetrics
@@ -23,10 +33,17 @@ from streams.records import Frame
 
 log = logging.getLogger("peerwatch.ingest")
 
+# Sending such a frame again cannot help: it is (or its batch was) over a size limit.
+_TOO_LARGE = (MessageSizeTooLargeError, RecordListTooLargeError, RecordTooLargeError)
+
 
 def encode_frame(frame: FrameData) -> bytes:
     record = Frame(
-        group=frame.group, node=frame.node, ts=frame.ts, values=frame.values, gpus=frame.gpus,
+        group=frame.group,
+        node=frame.node,
+        ts=frame.ts,
+        values=frame.values,
+        gpus=frame.gpus,
         left=frame.left,
     )
     return record.dumps(serializer="json")
@@ -98,14 +115,66 @@ class FrameProducer:
             self._connected = True
             return producer
 
-    async def _send_batch(self, producer: AIOKafkaProducer, frames: list[FrameData]) -> None:
-        futures = [
-            await producer.send(self._topic, encode_frame(f), key=f.group.encode()) for f in frames
-        ]
-        await asyncio.gather(*futures)
+    async def _send_batch(
+        self, producer: AIOKafkaProducer, frames: list[FrameData]
+    ) -> tuple[list[FrameData], KafkaError | None]:
+        """Send ``frames``: the ones to send again (in order) and the error that kept them."""
+        pending: list[tuple[FrameData, asyncio.Future[object]]] = []
+        unsent: list[FrameData] = []
+        error: KafkaError | None = None
+        for i, frame in enumerate(frames):
+            try:
+                pending.append((frame, await self._send(producer, frame)))
+            except _TOO_LARGE as exc:  # the client's own size check
+                self._drop(frame, exc)
+            except KafkaError as exc:  # e.g. no metadata: the rest of the batch waits
+                unsent, error = frames[i:], exc
+                break
+        results = await asyncio.gather(*(f for _, f in pending), return_exceptions=True)
+        retry: list[FrameData] = []
+        rejected: list[FrameData] = []
+        for (frame, _), result in zip(pending, results, strict=True):
+            if isinstance(result, _TOO_LARGE):
+                rejected.append(frame)
+            elif isinstance(result, KafkaError):
+                retry.append(frame)
+                error = error or result
+            elif isinstance(result, BaseException):
+                raise result
+        self._metrics.frames_sent.inc(len(pending) - len(retry) - len(rejected))
+        for frame in rejected:
+            # The broker refused a record batch; it may hold small frames too, so
+            # each is sent alone: what is refused alone is the frame's own fault.
+            try:
+                await (await self._send(producer, frame))
+            except _TOO_LARGE as exc:
+                self._drop(frame, exc)
+            except KafkaError as exc:
+                retry.append(frame)
+                error = error or exc
+            else:
+                self._metrics.frames_sent.inc()
+        return retry + unsent, error
+
+    async def _send(self, producer: AIOKafkaProducer, frame: FrameData) -> asyncio.Future[object]:
+        future: asyncio.Future[object] = await producer.send(
+            self._topic, encode_frame(frame), key=frame.group.encode()
+        )
+        return future
+
+    def _drop(self, frame: FrameData, exc: KafkaError) -> None:
+        self._metrics.frames_dropped.labels(reason="too_large").inc()
+        log.error(
+            "frame_dropped reason=too_large group=%.80s node=%.80s ts=%d bytes=%d error=%.200s",
+            frame.group,
+            frame.node,
+            frame.ts,
+            len(encode_frame(frame)),
+            exc,
+        )
 
     async def run(self) -> None:
-        """Send forever; a failed batch stays at the head of the queue and is retried.
+        """Send forever; frames that failed to send stay at the head of the queue and are retried.
 
         Anything but a Kafka error is a bug: it is logged, recorded in ``failed``
         (the ingest then answers 503 and reports not ready) and re-raised.
@@ -129,21 +198,20 @@ class FrameProducer:
                     self._wake.clear()
                     await self._wake.wait()
                 batch = [self._queue[i] for i in range(min(self._batch, len(self._queue)))]
-                try:
-                    await self._send_batch(producer, batch)
-                except KafkaError as exc:
+                retry, error = await self._send_batch(producer, batch)
+                for _ in batch:
+                    self._queue.popleft()
+                self._queue.extendleft(reversed(retry))
+                self._metrics.backlog.set(len(self._queue))
+                if error is not None:
                     self._connected = False
                     self._metrics.kafka_errors.inc()
-                    log.warning("kafka_send_failed frames=%d error=%r", len(batch), exc)
+                    log.warning("kafka_send_failed frames=%d error=%r", len(retry), error)
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, 10.0)
                     continue
                 self._connected = True
                 backoff = 0.2
-                for _ in batch:
-                    self._queue.popleft()
-                self._metrics.frames_sent.inc(len(batch))
-                self._metrics.backlog.set(len(self._queue))
         finally:
             await producer.stop()
 

@@ -19,6 +19,7 @@ import pytest
 import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
 from aiokafka import AIOKafkaConsumer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from streams.ingest.remote_write import MetricMetadata, WriteRequest, encode_write_request
 from streams.ingest.series import Series
@@ -325,3 +326,82 @@ async def test_without_kafka_a_valid_body_gets_503_so_prometheus_retries(
     status, text = await post(client, body)
     assert status == 503
     assert "kafka unreachable" in text
+
+
+# --- frames Kafka can never take ----------------------------------------------------------------
+
+
+async def metric_value(client: TestClient, line_prefix: str) -> float:
+    async with client.get("/metrics") as reply:
+        text = await reply.text()
+    values = [
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(line_prefix)
+    ]
+    return sum(values)
+
+
+async def ready_status(client: TestClient) -> int:
+    async with client.get("/-/ready") as reply:
+        return reply.status
+
+
+def fleet_series(
+    cluster: str, nodes: int, ts: int, big_instance: str | None = None
+) -> list[Series]:
+    series = [
+        s for i in range(nodes) for s in node_series(cluster, f"gpu-{i:03d}:9100", ts, 1e6, 5)
+    ]
+    if big_instance is not None:
+        series += node_series(cluster, big_instance, ts, 1e6, 5)
+    return series
+
+
+async def test_a_frame_over_the_client_size_limit_is_dropped_and_the_rest_flow(
+    kafka_bootstrap: str, start_ingest: IngestFactory
+) -> None:
+    """A 1.1 MB instance label makes a frame over Kafka's 1 MB request limit: that frame is
+    dropped and counted once; the other frames arrive exactly once; the ingest stays ready."""
+    client, settings = await start_ingest(settings_for(kafka_bootstrap, max_body_bytes=4 << 20))
+    await wait_ready(client)
+    b0 = recent_bucket_start()
+    big = "gpu-huge-" + "x" * 1_100_000 + ":9100"
+    body = encode_write_request(fleet_series("big-a", 5, b0 + 5_000, big_instance=big))
+    assert (await post(client, body))[0] == 204
+    later = encode_write_request(fleet_series("big-a", 5, b0 + B + 5_000))
+    assert (await post(client, later))[0] == 204
+
+    records = await read_frames(kafka_bootstrap, settings.topic_frames, want=11, timeout_s=15.0)
+
+    assert sorted((f["node"], f["ts"]) for _, f in records) == sorted(
+        (f"gpu-{i:03d}", ts) for i in range(5) for ts in (b0, b0 + B)
+    )
+    assert await metric_value(client, "peerwatch_ingest_frames_dropped_total") == 1.0
+    assert await ready_status(client) == 200
+    assert (await post(client, later))[0] == 204  # not "503 kafka unreachable"
+
+
+async def test_a_batch_the_broker_refuses_as_too_large_loses_none_of_its_small_frames(
+    kafka_bootstrap: str, start_ingest: IngestFactory
+) -> None:
+    """The topic takes 4 KiB messages: batches of small frames are refused by the broker and
+    sent again one by one; only the one 6 KiB frame is dropped."""
+    settings = settings_for(kafka_bootstrap, max_body_bytes=1 << 20)
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    await admin.start()
+    try:
+        topic = NewTopic(settings.topic_frames, 1, 1, topic_configs={"max.message.bytes": "4096"})
+        await admin.create_topics([topic])
+    finally:
+        await admin.close()
+    client, _ = await start_ingest(settings)
+    await wait_ready(client)
+    b0 = recent_bucket_start()
+    big = "gpu-wide-" + "y" * 6_000 + ":9100"
+    body = encode_write_request(fleet_series("small-topic", 60, b0 + 5_000, big_instance=big))
+    assert (await post(client, body))[0] == 204
+
+    records = await read_frames(kafka_bootstrap, settings.topic_frames, want=61, timeout_s=15.0)
+
+    assert sorted(f["node"] for _, f in records) == [f"gpu-{i:03d}" for i in range(60)]
+    assert await metric_value(client, "peerwatch_ingest_frames_dropped_total") == 1.0
+    assert await ready_status(client) == 200
