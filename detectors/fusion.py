@@ -353,11 +353,12 @@ def fuse_bucket(
     ``values`` and ``z`` are ``len(nodes) x len(features)`` (NaN = missing);
     ``z`` is :func:`detectors.peer.peer_zscores`'s (or any per-feature
     standardised deviation). ``median`` is the per-feature peer median (NaN =
-    no reference). ``silent`` lists expected nodes that sent no frame; they get
-    a verdict too. ``gpus[node][feature]`` names the GPU behind a feature's
-    value, if any. ``held`` (one bool per feature, default none): features
-    whose node evidence is unknown this bucket because the group as a whole
-    moved. They give no soft evidence, no collapse and no cluster-wide event; a
+    no reference), or one per node and feature where roles split the peers.
+    ``silent`` lists expected nodes that sent no frame; they get a verdict
+    too. ``gpus[node][feature]`` names the GPU behind a feature's value, if
+    any. ``held`` (one bool per feature, default none): features whose node
+    evidence is unknown this bucket because the group as a whole moved. They
+    give no soft evidence, no collapse and no cluster-wide event; a
     node left with only held features is unscored (unknown, not clear).
 
     ``residual`` (same shape as ``z``, default: ``z`` itself): each node's
@@ -398,8 +399,15 @@ def fuse_bucket(
             raise ValueError(
                 f"{name} must be nodes x features = ({n_nodes}, {n_feat}), got {arr.shape}"
             )
-    if med.shape != (n_feat,):
-        raise ValueError(f"median must have one value per feature ({n_feat}), got {med.shape}")
+    if med.shape not in ((n_feat,), (n_nodes, n_feat)):
+        raise ValueError(
+            f"median must have one value per feature ({n_feat}), or per node and feature "
+            f"({n_nodes}, {n_feat}), got {med.shape}"
+        )
+    # Per node and feature: each node's peers' median (its role's, where roles split the group).
+    # Group events speak of the group: the median of those.
+    event_med = med if med.ndim == 1 else _column_medians(med)
+    med = np.broadcast_to(med, (n_nodes, n_feat))
     overlap = set(nodes) & set(silent)
     if overlap:
         raise ValueError(f"nodes both reporting and silent: {sorted(overlap)}")
@@ -468,7 +476,7 @@ def fuse_bucket(
     else:
         model_scores = np.full(n_nodes, np.nan)
 
-    events = _group_events(names, zf, x, med, up_dev, down_dev, group_up, group_down, present)
+    events = _group_events(names, zf, x, event_med, up_dev, down_dev, group_up, group_down, present)
     n_expected = n_nodes + len(silent)
     silence_is_group = len(silent) >= 2 and len(silent) > cf * n_expected
     if silence_is_group:
@@ -603,7 +611,7 @@ def _signal(
         name,
         float(z[i, j]),
         float(x[i, j]),
-        float(med[j]),
+        float(med[i, j]),
         _gpu_label((node_gpus or {}).get(name)),
         residual=r,
         usual=u,
@@ -692,6 +700,15 @@ def _combination_verdict(
     )
 
 
+def _column_medians(med: FloatArray) -> FloatArray:
+    """Median of each column over its finite cells (NaN where none is)."""
+    out = np.full(med.shape[1], np.nan)
+    finite = np.isfinite(med)
+    for j in np.flatnonzero(finite.any(axis=0)).tolist():
+        out[j] = float(np.median(med[finite[:, j], j]))
+    return out
+
+
 def _collapse_mask(
     x: FloatArray,
     med: FloatArray,
@@ -709,7 +726,7 @@ def _collapse_mask(
         return collapsed
     ratio = np.array([features[j].collapse_ratio for j in cols], dtype=np.float64)
     floor = np.array([features[j].collapse_min_median for j in cols], dtype=np.float64)
-    m = med[cols]
+    m = med[:, cols]
     # usable ⇒ the node's value and the peer median are finite (z is finite).
     with np.errstate(invalid="ignore"):
         hit = usable[:, cols] & (x[:, cols] < ratio * m) & (m >= floor)

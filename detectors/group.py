@@ -134,7 +134,13 @@ from detectors.fusion import (
 )
 from detectors.multivariate import GroupModel, MultivariateParams
 from detectors.peer import peer_zscores
-from detectors.population import Composition, PopulationParams, Populations, step_populations
+from detectors.population import (
+    Composition,
+    PopulationParams,
+    Populations,
+    role_peer_stats,
+    step_populations,
+)
 
 __all__ = [
     "BucketResult",
@@ -508,6 +514,7 @@ def score_bucket(
     expected: Collection[str],
     features: Sequence[FeatureSpec],
     params: ScoringParams,
+    roles: Mapping[str, str] | None = None,
 ) -> tuple[GroupState, BucketResult]:
     """Score one closed bucket of ``group``; returns ``(new_state, result)``.
 
@@ -515,7 +522,8 @@ def score_bucket(
     node with no frame or an empty one is silent this bucket);
     ``gpus[node][feature]`` the GPU behind a feature; ``expected`` the members
     that should have reported; ``features`` the catalog (unscored specs are
-    ignored). ``state`` is left untouched.
+    ignored); ``roles`` each node's role in the job, where known
+    (:func:`detectors.population.role_peer_stats`). ``state`` is left untouched.
     """
     if state.last_bucket_ts is not None and bucket_ts <= state.last_bucket_ts:
         active = active_alerts(state.alerts.values(), group=group, bucket_ts=state.last_bucket_ts)
@@ -541,19 +549,20 @@ def score_bucket(
 
     values = _matrix(frames, reporting, names)
     abs_floor = np.array([f.abs_floor for f in specs], dtype=np.float64)
-    stats = peer_zscores(
-        values,
-        abs_floor,
-        np.array([f.rel_floor for f in specs], dtype=np.float64),
-        params.min_peers,
-    )
+    rel_floor = np.array([f.rel_floor for f in specs], dtype=np.float64)
+    stats = peer_zscores(values, abs_floor, rel_floor, params.min_peers)
     levels, shifts, held = _track_levels(state.levels, names, abs_floor, stats.median, params)
-    learned = _learned_scoring(state, group, members, reporting, names, stats.z, held, params)
+    z, median = stats.z, stats.median
+    if roles:
+        z, median = role_peer_stats(
+            values, reporting, roles, stats, abs_floor, rel_floor, params.min_peers
+        )
+    learned = _learned_scoring(state, group, members, reporting, names, z, held, params)
     fused = fuse_bucket(
         nodes=reporting,
         values=values,
-        z=stats.z,
-        median=stats.median,
+        z=z,
+        median=median,
         features=specs,
         gpus=gpus,
         silent=silent,

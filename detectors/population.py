@@ -23,16 +23,36 @@ spare taken in after a failure). Membership is sticky through silence and
 through buckets that lack the activity feature (dcgm-exporter down is an
 exporter gap of a job node, not a change of population); a node seen for the
 first time without it is a job node, as before populations existed.
+
+Roles. A job has roles (pipeline stages, data-loader or storage nodes, node
+pools); where the frames carry one (``role_labels``), each role of at least
+``min_peers`` reporting nodes is its own peer population (:func:`role_peer_stats`):
+its nodes' z and medians come from the role alone, so a role that always
+differs from the rest is no one's fault. Smaller roles, and nodes without a
+role, are compared with the whole job.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Composition", "PopulationParams", "Populations", "step_populations"]
+import numpy as np
+import numpy.typing as npt
+
+from detectors.peer import PeerStats, peer_zscores
+
+__all__ = [
+    "Composition",
+    "PopulationParams",
+    "Populations",
+    "role_peer_stats",
+    "step_populations",
+]
+
+FloatArray = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True)
@@ -156,3 +176,33 @@ def step_populations(
         del streak[node]
     populations = Populations(frozenset(job), frozenset(idle), streak)
     return populations, Composition(len(job), sum(1 for n in job if busy[n]), len(idle))
+
+
+def role_peer_stats(
+    values: FloatArray,
+    nodes: Sequence[str],
+    roles: Mapping[str, str],
+    job: PeerStats,
+    abs_floor: FloatArray,
+    rel_floor: FloatArray,
+    min_peers: int,
+) -> tuple[FloatArray, FloatArray]:
+    """Each node's z and peer median (nodes x features) against its role where the role is a
+    population of its own (``min_peers`` or more nodes), else against the whole ``job``."""
+    z = job.z.copy()
+    median = np.broadcast_to(job.median, z.shape).copy()
+    rows_of: dict[str, list[int]] = {}
+    for i, node in enumerate(nodes):
+        role = roles.get(node)
+        if role:
+            rows_of.setdefault(role, []).append(i)
+    for rows in rows_of.values():
+        if len(rows) < min_peers or len(rows) == len(nodes):
+            continue
+        own = peer_zscores(values[rows], abs_floor, rel_floor, min_peers)
+        # a feature too sparse inside the role keeps the job's reference
+        cols = np.isfinite(own.median)
+        idx = np.ix_(rows, np.flatnonzero(cols))
+        z[idx] = own.z[:, cols]
+        median[idx] = np.broadcast_to(own.median[cols], (len(rows), int(cols.sum())))
+    return z, median

@@ -143,9 +143,10 @@ class Pipeline:
         values: Mapping[str, float],
         gpus: Mapping[str, str],
         now_s: float,
+        role: str | None = None,
     ) -> bool:
         """Take one frame; False when it is late and was dropped."""
-        return self.window(group).add(node, ts, values, gpus, now_s)
+        return self.window(group).add(node, ts, values, gpus, now_s, role)
 
     def leave(self, group: str, node: str) -> None:
         """``node`` left ``group``; its alerts resolve at the next scored bucket."""
@@ -170,6 +171,7 @@ class Pipeline:
                 bucket.expected,
                 self.features,
                 self.params,
+                bucket.roles,
             )
             self.states[group] = state
             gpu_state = self._gpu_state(group)

@@ -35,6 +35,7 @@ class ClosedBucket:
     frames: dict[str, dict[str, float]]
     gpus: dict[str, dict[str, str]]
     expected: frozenset[str]
+    roles: dict[str, str] = field(default_factory=dict)  # node -> its role in the job, if known
 
 
 @dataclass
@@ -57,14 +58,23 @@ class GroupWindow:
     closed_upto: int = -1  # ts of the newest closed bucket
     last_seen: dict[str, int] = field(default_factory=dict)  # node -> newest bucket ts
     joined: dict[str, int] = field(default_factory=dict)  # node -> oldest bucket ts seen
+    roles: dict[str, str] = field(default_factory=dict)  # node -> its latest role (sticky)
     _open: dict[int, _OpenBucket] = field(default_factory=dict)
 
     def add(
-        self, node: str, ts: int, values: Mapping[str, float], gpus: Mapping[str, str], now_s: float
+        self,
+        node: str,
+        ts: int,
+        values: Mapping[str, float],
+        gpus: Mapping[str, str],
+        now_s: float,
+        role: str | None = None,
     ) -> bool:
         """Take one (partial) frame. False if it is late (its bucket already closed)."""
         if ts <= self.closed_upto:
             return False
+        if role:
+            self.roles[node] = role
         bucket = self._open.get(ts)
         if bucket is None:
             bucket = self._open[ts] = _OpenBucket(first_arrival_s=now_s)
@@ -84,6 +94,7 @@ class GroupWindow:
         """The node left the group (scheduler moved it): no longer expected, not silent."""
         self.last_seen.pop(node, None)
         self.joined.pop(node, None)
+        self.roles.pop(node, None)
         for bucket in self._open.values():
             bucket.frames.pop(node, None)
             bucket.gpus.pop(node, None)
@@ -114,9 +125,9 @@ class GroupWindow:
         closed = []
         for ts in sorted(t for t in self._open if t <= ready_upto):
             bucket = self._open.pop(ts)
-            closed.append(
-                ClosedBucket(self.group, ts, bucket.frames, bucket.gpus, self.expected_at(ts))
-            )
+            expected = self.expected_at(ts)
+            roles = {n: r for n, r in self.roles.items() if n in expected}
+            closed.append(ClosedBucket(self.group, ts, bucket.frames, bucket.gpus, expected, roles))
             self.closed_upto = ts
         self._forget_departed()
         return closed
@@ -132,6 +143,7 @@ class GroupWindow:
         for node in [n for n, seen in self.last_seen.items() if seen < horizon]:
             del self.last_seen[node]
             del self.joined[node]
+            self.roles.pop(node, None)
 
     # Membership and progress survive a worker restart (kept in a Faust table).
     # Open buckets live in memory only: a crash loses at most the frames of the
@@ -141,6 +153,7 @@ class GroupWindow:
             "closed_upto": self.closed_upto,
             "last_seen": dict(self.last_seen),
             "joined": dict(self.joined),
+            "roles": dict(self.roles),
         }
 
     def restore(self, snap: Mapping[str, Any]) -> None:
@@ -148,3 +161,5 @@ class GroupWindow:
         self.last_seen = {str(k): int(v) for k, v in snap.get("last_seen", {}).items()}
         joined = snap.get("joined", {})
         self.joined = {n: int(joined.get(n, seen)) for n, seen in self.last_seen.items()}
+        roles = snap.get("roles", {})
+        self.roles = {n: str(roles[n]) for n in self.last_seen if roles.get(n)}

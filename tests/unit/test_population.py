@@ -4,9 +4,18 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
 import pytest
 
-from detectors.population import PopulationParams, Populations, step_populations
+from detectors.features import DEFAULT_FEATURES
+from detectors.group import GroupState, ScoringParams, score_bucket
+from detectors.peer import peer_zscores
+from detectors.population import (
+    PopulationParams,
+    Populations,
+    role_peer_stats,
+    step_populations,
+)
 from streams.offline import run_offline
 from streams.settings import Settings
 from streams.sources.simulator.cluster import DEFAULT_START_MS, ClusterConfig
@@ -136,3 +145,62 @@ def test_a_job_node_that_collapses_beside_idle_spares_still_pages_at_once() -> N
     fired = _alerts(config, 0.5)
     assert fired[("PeerwatchNodeCollapse", "gpu070")] == 1
     assert not [k for k in fired if k[1] in config.spare_hosts]
+
+
+# --- roles inside a job ------------------------------------------------------------------------
+
+
+def _role_buckets(
+    n_buckets: int, culprit_from: int | None = None
+) -> tuple[list[dict[str, dict[str, float]]], dict[str, str]]:
+    """48 trainers and 12 data loaders whose interrupts and processes are a third of theirs."""
+    rng = np.random.default_rng(5)
+    nodes = [f"n{i:02d}" for i in range(60)]
+    roles = {n: ("loader" if i >= 48 else "trainer") for i, n in enumerate(nodes)}
+    buckets = []
+    for b in range(n_buckets):
+        frames = {}
+        for n in nodes:
+            scale = 1 / 3 if roles[n] == "loader" else 1.0
+            frames[n] = {
+                "gpu_util": min(100.0, 99.5 + rng.normal(0, 0.3)),
+                "intr_rate": scale * 300_000.0 + rng.normal(0, 3_000),
+                "procs_running": float(round(scale * 40 + rng.normal(0, 1))),
+            }
+        if culprit_from is not None and b >= culprit_from:
+            frames["n55"].update(intr_rate=30_000.0, procs_running=0.0)
+        buckets.append(frames)
+    return buckets, roles
+
+
+def _fired(buckets: list, roles: dict[str, str] | None) -> set[tuple[str, str | None]]:
+    state, fired = GroupState(), set()
+    for b, frames in enumerate(buckets):
+        state, result = score_bucket(
+            state, "job", b * 30_000, frames, {}, frames, DEFAULT_FEATURES, ScoringParams(),
+            roles,
+        )  # fmt: skip
+        fired |= {(c.alertname, c.node) for c in result.changes if c.status == "firing"}
+    return fired
+
+
+def test_a_role_that_always_differs_is_its_own_peer_population() -> None:
+    buckets, roles = _role_buckets(8)
+    assert {node for _, node in _fired(buckets, None)} >= {"n48", "n59"}  # why roles exist
+    assert _fired(buckets, roles) == set()
+
+
+def test_a_collapse_inside_a_role_is_convicted_by_the_roles_peers() -> None:
+    buckets, roles = _role_buckets(8, culprit_from=4)
+    assert ("PeerwatchNodeCollapse", "n55") in _fired(buckets, roles)
+
+
+def test_role_peer_stats_fall_back_to_the_job_for_small_roles() -> None:
+    values = np.array([[10.0], [11.0], [12.0], [13.0], [50.0]])
+    floor = np.array([0.1])
+    job = peer_zscores(values, floor, np.array([0.0]), 3)
+    z, median = role_peer_stats(
+        values, ["a", "b", "c", "d", "e"], {"e": "tiny"}, job, floor, np.array([0.0]), 3
+    )
+    np.testing.assert_array_equal(z, job.z)
+    np.testing.assert_array_equal(median[:, 0], job.median[0])
