@@ -6,7 +6,8 @@ It holds per-group windows and detector state; ``snapshot``/``restore`` give
 the JSON-safe form the worker keeps in a changelogged Faust table.
 
 Per group and closed bucket, three detector families run in turn: the peer
-scoring (``detectors.group``), per-GPU health (``detectors.gpu_health``) and
+scoring (``detectors.group``), per-GPU health (``detectors.gpu_health``, kept
+per node and following it across groups: ``streams.node_health``) and
 fail-slow (``detectors.failslow``: the job's throughput from its trainer
 metrics, change points, culprit localisation among the group's nodes, staged
 advice, throughput-SLO accounting, and the ``PeerwatchFailSlow`` /
@@ -40,15 +41,11 @@ from detectors.failslow.monitor import (
 )
 from detectors.failslow.slo import SloParams, SloSummary, summarise
 from detectors.features import DEFAULT_FEATURES, FeatureSpec, class_of, select_features
-from detectors.gpu_health import (
-    GpuHealthParams,
-    GpuHealthState,
-    active_gpu_alerts,
-    step_gpu_health,
-)
+from detectors.gpu_health import GpuHealthParams
 from detectors.group import BucketResult, GroupState, ScoringParams, score_bucket
 from detectors.xid import XidCatalog, XidEvent
 from streams.catalog import load_xid_catalog
+from streams.node_health import NodeHealth
 from streams.settings import Settings
 from streams.windows import ClosedBucket, GroupWindow
 
@@ -109,11 +106,11 @@ class Pipeline:
         self.membership_buckets = membership_buckets
         self.windows: dict[str, GroupWindow] = {}
         self.states: dict[str, GroupState] = {}
-        self.gpu_states: dict[str, GpuHealthState] = {}
+        # per-GPU health (XIDs, remaps) is the node's, wherever its frames go
+        self.node_health = NodeHealth(catalog, self.gpu_params)
         self.failslow_groups: dict[str, _FailSlowGroup] = {}
         # labels of the group's firing peer alerts, held until they resolve (keep_identity)
         self.identities: dict[str, dict[AlertKey, Labels]] = {}
-        self._log_xids: dict[str, list[XidEvent]] = {}
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Pipeline:
@@ -146,6 +143,7 @@ class Pipeline:
         role: str | None = None,
     ) -> bool:
         """Take one frame; False when it is late and was dropped."""
+        self.node_health.learn_gpus(group, node, gpus)
         return self.window(group).add(node, ts, values, gpus, now_s, role)
 
     def leave(self, group: str, node: str) -> None:
@@ -153,8 +151,9 @@ class Pipeline:
         self.window(group).leave(node)
 
     def add_log_xid(self, group: str, event: XidEvent) -> None:
-        """An XID from a kernel log line; judged with the group's next scored bucket."""
-        self._log_xids.setdefault(group, []).append(event)
+        """An XID from a kernel log line; judged with the next scored bucket of the node's
+        group (``group``, the shipper's, until the node's frames have said where it is)."""
+        self.node_health.add_log_xid(group, event)
 
     def due(self, group: str, now_s: float) -> list[Scored]:
         """Score every bucket of ``group`` that is ready to close."""
@@ -174,15 +173,8 @@ class Pipeline:
                 bucket.roles,
             )
             self.states[group] = state
-            gpu_state = self._gpu_state(group)
-            gpu_changes = step_gpu_health(
-                gpu_state,
-                group,
-                bucket.ts,
-                bucket.frames,
-                self.gpu_params,
-                log_events=self._log_xids.pop(group, ()),
-                symptoms=[*result.active, *result.changes],
+            gpu_changes, gpu_active = self.node_health.step(
+                group, bucket.ts, bucket.frames, symptoms=[*result.active, *result.changes]
             )
             verdict, slow_changes, slow_active = self._step_failslow(group, bucket)
             self.identities[group], peer_changes, peer_active = keep_identity(
@@ -195,7 +187,7 @@ class Pipeline:
                     bucket,
                     result,
                     [*peer_changes, *gpu_changes, *slow_changes],
-                    [*peer_active, *active_gpu_alerts(gpu_state), *slow_active],
+                    [*peer_active, *gpu_active, *slow_active],
                     time.perf_counter() - started,
                     verdict,
                 )
@@ -259,24 +251,17 @@ class Pipeline:
             return change
         return replace(change, labels=tuple(sorted((*change.labels, ("class", klass)))))
 
-    def _gpu_state(self, group: str) -> GpuHealthState:
-        state = self.gpu_states.get(group)
-        if state is None:
-            state = self.gpu_states[group] = GpuHealthState.new(self.catalog, self.gpu_params)
-        return state
-
     def groups_waiting(self, now_s: float) -> list[str]:
         """Groups with an open bucket past its grace period (a timer should wake them)."""
         return [g for g, w in self.windows.items() if w.oldest_open_age(now_s) >= self.grace_s]
 
     def snapshot(self, group: str) -> dict[str, Any]:
         state = self.states.get(group)
-        gpu_state = self.gpu_states.get(group)
         slow = self.failslow_groups.get(group)
         return {
             "window": self.window(group).snapshot(),
             "detector": state.to_dict() if state is not None else None,
-            "gpu_health": gpu_state.to_dict() if gpu_state is not None else None,
+            "nodes": self.node_health.snapshot(group),
             "failslow": slow.to_dict() if slow is not None else None,
             "identity": [
                 [name, node, dict(labels)]
@@ -291,10 +276,10 @@ class Pipeline:
         self.window(group).restore(snap.get("window", {}))
         if snap.get("detector") is not None:
             self.states[group] = GroupState.from_dict(snap["detector"])
-        if snap.get("gpu_health") is not None:
-            self.gpu_states[group] = GpuHealthState.from_dict(
-                snap["gpu_health"], self.catalog, self.gpu_params
-            )
+        if snap.get("nodes") is not None:
+            self.node_health.restore(group, snap["nodes"])
+        elif snap.get("gpu_health") is not None:  # saved before per-node GPU health
+            self.node_health.restore_group_state(group, snap["gpu_health"])
         if snap.get("failslow") is not None:
             self.failslow_groups[group] = _FailSlowGroup.from_dict(snap["failslow"])
         self.identities[group] = {

@@ -1,0 +1,217 @@
+"""Per-GPU health kept per node, so it follows a node from group to group.
+
+XIDs and row remaps belong to the GPU, not to the job it runs: when a job dies
+of an XID the scheduler drops its label, and the node's next frames (the ones
+that carry the XID) land in another group (the fallback group, or a new job).
+Keyed by group, that state restarted there and the XID looked like an old
+gauge value. Here each node has one :class:`GpuHealthState` and a *home*: the
+group whose buckets step it, which is the group of the latest bucket that had
+a frame of the node. A node that stopped reporting is still stepped by its
+home's buckets, so its alerts expire on time.
+
+Alert labels: an alert keeps the ``group`` it fired in until it resolves (its
+identity in Alertmanager); alerts fired after a move name the new group.
+
+State lives in the home group's snapshot (``snapshot(group)``) and is handed
+over in memory when the node shows up in another group of the same worker. On
+restore the newest copy of a node wins (a group whose buckets stopped may keep
+an older one). Limit: groups are spread over workers by the frames topic's key;
+a node moving to a group of *another* worker starts afresh there (its gauge's
+first value counts as known, as after any fresh start), and its old worker
+keeps stepping the old copy until the alerts expire.
+
+The map from PCI bus id to GPU index (dcgm-exporter's ``pci_bus_id`` label next
+to ``gpu``) is learnt from the frames' ``pci_bus_id@<gpu>`` entries, so a
+kernel-log XID (keyed by bus id) and the DCGM gauge change of the same XID (by
+index) are one GPU's events: one incident, one alert.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from detectors.alerts import AlertChange
+from detectors.features import split_per_gpu_key
+from detectors.gpu_health import (
+    GpuHealthParams,
+    GpuHealthState,
+    active_gpu_alerts,
+    step_gpu_health,
+)
+from detectors.xid import XidCatalog, XidEvent, normalize_pci_bus_id
+
+PCI_KEY = "pci_bus_id"  # frame gpus entries "pci_bus_id@<gpu>" -> the GPU's bus id
+
+
+@dataclass
+class _Node:
+    state: GpuHealthState
+    home: str  # the group whose buckets step this node
+    seen_ts: int = -1  # newest bucket with a frame of the node (-1: none yet)
+    pci: dict[str, str] = field(default_factory=dict)  # normalised bus id -> gpu index
+
+
+class NodeHealth:
+    """Every node's per-GPU health, stepped with the buckets of the node's home group."""
+
+    def __init__(self, catalog: XidCatalog, params: GpuHealthParams) -> None:
+        self.catalog = catalog
+        self.params = params
+        self._nodes: dict[str, _Node] = {}
+        self._homed: dict[str, set[str]] = {}  # group -> nodes whose home it is
+        self._log_xids: dict[str, list[XidEvent]] = {}  # node -> XIDs not judged yet
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def home(self, node: str) -> str | None:
+        found = self._nodes.get(node)
+        return None if found is None else found.home
+
+    def learn_gpus(self, group: str, node: str, gpus: Mapping[str, str]) -> None:
+        """Take a frame's ``pci_bus_id@<gpu>`` entries (the bus id ↔ index map)."""
+        for key, value in gpus.items():
+            split = split_per_gpu_key(key)
+            if split is None or split[0] != PCI_KEY:
+                continue
+            pci = normalize_pci_bus_id(value)
+            if pci is not None:
+                self._node(node, group).pci[pci] = split[1]
+
+    def add_log_xid(self, group: str, event: XidEvent) -> None:
+        """A kernel-log XID of ``event.node``: judged with the next bucket of the node's home
+        (``group``, the shipper's, for a node not seen yet)."""
+        if event.node is None:
+            raise ValueError(f"a log XID needs its node: {event}")
+        self._node(event.node, group)
+        self._log_xids.setdefault(event.node, []).append(event)
+
+    def step(
+        self,
+        group: str,
+        bucket_ts: int,
+        frames: Mapping[str, Mapping[str, float]],
+        symptoms: Iterable[AlertChange] = (),
+    ) -> tuple[list[AlertChange], list[AlertChange]]:
+        """One closed bucket of ``group``: (alert transitions, firing alerts of its nodes).
+
+        Nodes with a frame here make ``group`` their home; nodes homed here without
+        a frame are stepped too (expiry, pending log XIDs).
+        """
+        for node in frames:
+            entry = self._node(node, group)
+            self._move(node, entry, group)
+            entry.seen_ts = max(entry.seen_ts, bucket_ts)
+        symptoms = list(symptoms)
+        changes: list[AlertChange] = []
+        active: list[AlertChange] = []
+        horizon = bucket_ts - self.params.escalation.memory_ms
+        for node in sorted(self._homed.get(group, ())):
+            entry = self._nodes[node]
+            frame = frames.get(node)
+            changes += step_gpu_health(
+                entry.state,
+                group,
+                bucket_ts,
+                {} if frame is None else {node: frame},
+                self.params,
+                log_events=[self._locate(entry, e) for e in self._log_xids.pop(node, ())],
+                symptoms=symptoms,
+            )
+            active += active_gpu_alerts(entry.state)
+            if frame is None and not entry.state.firing and entry.seen_ts < horizon:
+                self._forget(node)  # gone for longer than any XID rule looks back
+        return changes, active
+
+    def _locate(self, entry: _Node, event: XidEvent) -> XidEvent:
+        """A log XID keyed by bus id → the GPU index DCGM uses, once the map is known."""
+        pci = normalize_pci_bus_id(event.pci_bus_id or event.gpu or "")
+        gpu = entry.pci.get(pci) if pci is not None else None
+        return (
+            event
+            if gpu is None
+            else event.with_origin(node=event.node or "", gpu=gpu, ts_ms=event.ts_ms or 0)
+        )
+
+    def _node(self, node: str, group: str) -> _Node:
+        entry = self._nodes.get(node)
+        if entry is None:
+            entry = _Node(GpuHealthState.new(self.catalog, self.params), group)
+            self._put(node, entry)
+        return entry
+
+    def _put(self, node: str, entry: _Node) -> None:
+        self._forget(node)
+        self._nodes[node] = entry
+        self._homed.setdefault(entry.home, set()).add(node)
+
+    def _move(self, node: str, entry: _Node, group: str) -> None:
+        if entry.home != group:
+            self._homed[entry.home].discard(node)
+            entry.home = group
+            self._homed.setdefault(group, set()).add(node)
+
+    def _forget(self, node: str) -> None:
+        old = self._nodes.pop(node, None)
+        if old is not None:
+            self._homed[old.home].discard(node)
+
+    # --- the home group's snapshot ------------------------------------------------------------
+
+    def snapshot(self, group: str) -> dict[str, Any]:
+        """The nodes homed in ``group`` (JSON-safe), with their unjudged log XIDs."""
+        return {
+            node: {
+                "state": e.state.to_dict(),
+                "seen_ts": e.seen_ts,
+                "pci": dict(sorted(e.pci.items())),
+                "log_xids": [x.to_dict() for x in self._log_xids.get(node, ())],
+            }
+            for node, e in ((n, self._nodes[n]) for n in sorted(self._homed.get(group, ())))
+        }
+
+    def restore(self, group: str, nodes: Mapping[str, Any]) -> None:
+        """Take the nodes of ``group``'s snapshot; a newer copy already held is kept."""
+        for node, data in nodes.items():
+            held = self._nodes.get(node)
+            seen_ts = int(data.get("seen_ts", -1))
+            if held is not None and held.seen_ts >= seen_ts:
+                continue
+            state = GpuHealthState.from_dict(data["state"], self.catalog, self.params)
+            pci = {str(k): str(v) for k, v in data.get("pci", {}).items()}
+            self._put(node, _Node(state, group, seen_ts, pci))
+            logged = [XidEvent.from_dict(x) for x in data.get("log_xids", ())]
+            if logged:
+                self._log_xids[node] = logged
+
+    def restore_group_state(self, group: str, data: Mapping[str, Any]) -> None:
+        """A snapshot from before per-node state (one ``GpuHealthState`` per group)."""
+        nodes = {}
+        for node, state in split_by_node(data).items():
+            sampled = [int(row["ts_ms"]) for row in state["gauge"]["series"]]
+            nodes[node] = {"state": state, "seen_ts": max(sampled, default=-1)}
+        self.restore(group, nodes)
+
+
+def split_by_node(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """A multi-node ``GpuHealthState.to_dict()`` → one such dict per node."""
+    out: dict[str, dict[str, Any]] = {}
+
+    def part(node: str) -> dict[str, Any]:
+        if node not in out:
+            gauge = {**data["gauge"], "series": []}
+            escalator = {**data["escalator"], "gpus": []}
+            out[node] = {"gauge": gauge, "escalator": escalator, "remap": {}, "firing": {}}
+        return out[node]
+
+    for row in data["gauge"].get("series", ()):
+        part(str(row["node"]))["gauge"]["series"].append(row)
+    for row in data["escalator"].get("gpus", ()):
+        part(str(row["node"]))["escalator"]["gpus"].append(row)
+    for key, tracker in data.get("remap", {}).items():
+        part(key.rpartition("/")[0])["remap"][key] = tracker
+    for key, firing in data.get("firing", {}).items():
+        part(str(firing["change"]["node"]))["firing"][key] = firing
+    return out

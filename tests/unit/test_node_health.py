@@ -1,0 +1,176 @@
+"""Per-GPU health follows the node across groups (streams.node_health through the Pipeline)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from detectors.features import DEFAULT_FEATURES
+from detectors.gpu_health import REMAP_ALERT, XID_ALERT, GpuHealthParams, GpuHealthState
+from detectors.group import ScoringParams
+from detectors.xid import XidEvent, parse_kernel_line
+from streams.catalog import load_xid_catalog
+from streams.node_health import split_by_node
+from streams.pipeline import Pipeline, Scored
+
+B = 30_000
+T0 = 1_760_000_000_000 - 1_760_000_000_000 % B
+NODES = [f"n{i:02d}" for i in range(10)]
+
+
+@pytest.fixture(scope="module")
+def catalog():  # type: ignore[no-untyped-def]
+    return load_xid_catalog("report")
+
+
+def pipeline(catalog) -> Pipeline:  # type: ignore[no-untyped-def]
+    return Pipeline(DEFAULT_FEATURES, ScoringParams(), catalog)
+
+
+def healthy(**extra: float) -> dict[str, float]:
+    return {"xid_last@0": 0.0, "xid_last@1": 0.0, **extra}
+
+
+def bucket(
+    p: Pipeline, i: int, placed: dict[str, dict[str, dict[str, float]]]
+) -> dict[str, list[Scored]]:
+    """Bucket ``i``: ``placed[group][node]`` frames in, every group's scored bucket out."""
+    ts = T0 + i * B
+    for group, frames in placed.items():
+        for node, values in frames.items():
+            p.add(group, node, ts, values, {}, ts / 1000)
+    return {g: p.due(g, ts / 1000 + 60) for g in p.windows}
+
+
+def xid_changes(out: dict[str, list[Scored]], alertname: str = XID_ALERT):  # type: ignore[no-untyped-def]
+    return [
+        (g, c.node, c.status, dict(c.labels).get("gpu"))
+        for g, scored in out.items()
+        for s in scored
+        for c in s.changes
+        if c.alertname == alertname
+    ]
+
+
+def in_job(**moved: dict[str, float]) -> dict[str, dict[str, dict[str, float]]]:
+    """Every node in job-a except ``moved``, which report in the fallback group."""
+    job = {n: healthy() for n in NODES if n not in moved}
+    return {"job-a": job, **({"cluster": dict(moved)} if moved else {})}
+
+
+def test_an_xid_in_the_first_frame_after_a_move_still_alerts_in_that_bucket(catalog) -> None:  # type: ignore[no-untyped-def]
+    """The job died of the XID: the scrape carrying it no longer has the job label."""
+    p = pipeline(catalog)
+    for i in range(5):
+        assert xid_changes(bucket(p, i, in_job())) == []
+    out = bucket(p, 5, in_job(n03=healthy(**{"xid_last@1": 79.0})))
+    assert xid_changes(out) == [("cluster", "n03", "firing", "1")]
+
+
+def test_a_remap_trend_continues_across_a_move(catalog) -> None:  # type: ignore[no-untyped-def]
+    p = pipeline(catalog)
+    rows = {"remap_correctable@0": 3.0, "remap_uncorrectable@0": 0.0}
+    for i in range(5):
+        placed = in_job()
+        placed["job-a"]["n04"] = healthy(**rows)
+        bucket(p, i, placed)
+    risen = healthy(**{**rows, "remap_uncorrectable@0": 2.0})
+    out = bucket(p, 5, {"job-b": {"n04": risen}})  # taken into a new job
+    assert xid_changes(out, REMAP_ALERT) == [("job-b", "n04", "firing", "0")]
+
+
+def test_a_firing_xid_alert_keeps_its_group_and_resolves_once_after_the_move(catalog) -> None:  # type: ignore[no-untyped-def]
+    p = pipeline(catalog)
+    p.node_health.params = p.gpu_params = GpuHealthParams(xid_hold_buckets=3)
+    bucket(p, 0, in_job())
+    placed = in_job()
+    placed["job-a"]["n02"] = healthy(**{"xid_last@0": 94.0})
+    assert xid_changes(bucket(p, 1, placed)) == [("job-a", "n02", "firing", "0")]
+    resolved = []
+    for i in range(2, 6):
+        out = bucket(p, i, in_job(n02=healthy(**{"xid_last@0": 94.0})))
+        active = [a for s in out["cluster"] for a in s.active if a.alertname == XID_ALERT]
+        assert all(a.group == "job-a" for a in active)  # identity kept while firing
+        if i > 2:  # (in the bucket of the move job-a, scored first, still held it)
+            assert not [a for s in out["job-a"] for a in s.active if a.alertname == XID_ALERT]
+        for g, scored in out.items():
+            resolved += [
+                (g, c.group, c.status)
+                for s in scored
+                for c in s.changes
+                if c.alertname == XID_ALERT
+            ]
+    assert resolved == [("cluster", "job-a", "resolved")]
+
+
+def test_node_state_survives_snapshot_and_restore_and_still_follows_the_node(catalog) -> None:  # type: ignore[no-untyped-def]
+    p = pipeline(catalog)
+    for i in range(3):
+        bucket(p, i, in_job())
+    snap = json.loads(json.dumps(p.snapshot("job-a")))
+    assert set(snap["nodes"]) == set(NODES)
+    q = pipeline(catalog)
+    q.restore("job-a", snap)
+    out = bucket(q, 3, in_job(n07=healthy(**{"xid_last@0": 79.0})))
+    assert xid_changes(out) == [("cluster", "n07", "firing", "0")]
+    # the moved node's state now lives in its new home's snapshot, not the old one's
+    assert "n07" in q.snapshot("cluster")["nodes"]
+    assert "n07" not in q.snapshot("job-a")["nodes"]
+
+
+def test_restore_keeps_the_newest_copy_of_a_node(catalog) -> None:  # type: ignore[no-untyped-def]
+    p = pipeline(catalog)
+    for i in range(3):
+        bucket(p, i, in_job())
+    stale = json.loads(json.dumps(p.snapshot("job-a")))  # n05 still in job-a here
+    for i in range(3, 5):
+        bucket(p, i, in_job(n05=healthy()))
+    newer = json.loads(json.dumps(p.snapshot("cluster")))
+    q = pipeline(catalog)
+    q.restore("cluster", newer)
+    q.restore("job-a", stale)  # an idle group's old snapshot must not take the node back
+    assert q.node_health.home("n05") == "cluster"
+    out = bucket(q, 5, in_job(n05=healthy(**{"xid_last@1": 79.0})))
+    assert xid_changes(out) == [("cluster", "n05", "firing", "1")]
+
+
+def test_a_snapshot_with_one_gpu_state_per_group_restores_per_node(catalog) -> None:  # type: ignore[no-untyped-def]
+    """Snapshots written before per-node state keep their XID history."""
+    from detectors.gpu_health import step_gpu_health
+
+    params = GpuHealthParams()
+    old = GpuHealthState.new(catalog, params)
+    frames = {n: healthy() for n in NODES}
+    step_gpu_health(old, "job-a", T0, frames, params)
+    frames["n01"] = healthy(**{"xid_last@0": 94.0})
+    step_gpu_health(old, "job-a", T0 + B, frames, params)
+    data = json.loads(json.dumps(old.to_dict()))
+    parts = split_by_node(data)
+    assert set(parts) == set(NODES)
+    assert list(parts["n01"]["firing"]) == [f"{XID_ALERT}/n01/0"]
+    p = pipeline(catalog)
+    p.restore("job-a", {"gpu_health": data})
+    out = bucket(p, 2, in_job(n06=healthy(**{"xid_last@1": 79.0})))
+    assert xid_changes(out) == [("cluster", "n06", "firing", "1")]
+    assert next(s.active for s in out["job-a"])[0].node == "n01"
+
+
+def test_a_log_xid_of_a_node_that_moved_is_judged_in_its_new_group(catalog) -> None:  # type: ignore[no-untyped-def]
+    """The shipper still names the old job; the XID follows the node."""
+    p = pipeline(catalog)
+    bucket(p, 0, in_job())
+    bucket(p, 1, in_job(n08=healthy()))
+    line = parse_kernel_line("NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.")
+    assert line is not None
+    p.add_log_xid("job-a", line.with_origin(node="n08", gpu="0000:3b:00.0", ts_ms=T0 + 2 * B))
+    out = bucket(p, 2, in_job(n08=healthy()))
+    assert xid_changes(out) == [("cluster", "n08", "firing", "0000:3b:00.0")]
+
+
+def test_a_log_xid_needs_its_node() -> None:
+    from streams.node_health import NodeHealth
+
+    health = NodeHealth(load_xid_catalog("report"), GpuHealthParams())
+    with pytest.raises(ValueError):
+        health.add_log_xid("g", XidEvent(79, "log"))
