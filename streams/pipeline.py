@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -176,7 +176,7 @@ class Pipeline:
             gpu_changes, gpu_active = self.node_health.step(
                 group, bucket.ts, bucket.frames, symptoms=[*result.active, *result.changes]
             )
-            verdict, slow_changes, slow_active = self._step_failslow(group, bucket)
+            verdict, slow_changes, slow_active = self._step_failslow(group, bucket, result.idle)
             self.identities[group], peer_changes, peer_active = keep_identity(
                 self.identities.get(group, {}),
                 map(self._classify, result.changes),
@@ -195,9 +195,13 @@ class Pipeline:
         return out
 
     def _step_failslow(
-        self, group: str, bucket: ClosedBucket
+        self, group: str, bucket: ClosedBucket, idle: Collection[str] = ()
     ) -> tuple[FailSlowVerdict | None, tuple[AlertChange, ...], tuple[AlertChange, ...]]:
-        """The job's throughput and node metrics → verdict → fail-slow alert changes."""
+        """The job's throughput and node metrics → verdict → fail-slow alert changes.
+
+        Only the job population describes the job (idle spares are no one's peers), and
+        nodes are localised against the peers of their role, as in peer scoring.
+        """
         slow = self.failslow_groups.get(group)
         if slow is None:
             slow = self.failslow_groups[group] = _FailSlowGroup()
@@ -205,7 +209,8 @@ class Pipeline:
         last = slow.state.changepoint.last_bucket
         if last is not None and index <= last:  # stale (a redelivery after a restart)
             return None, (), slow.alerts.active()
-        inputs = job_inputs(bucket.frames, bucket.gpus, self.failslow_inputs)
+        frames = {n: f for n, f in bucket.frames.items() if n not in idle}
+        inputs = job_inputs(frames, bucket.gpus, self.failslow_inputs)
         keep = self.failslow_params.localise_buckets
         slow.window = [(i, m) for i, m in slow.window if i > index - keep]
         if math.isfinite(inputs.throughput):
@@ -220,6 +225,7 @@ class Pipeline:
             throughput=inputs.throughput,
             n_gpus=inputs.n_gpus,
             metrics=metrics,
+            roles=bucket.roles or None,
         )
         step = step_failslow_alerts(
             slow.alerts,
