@@ -142,6 +142,33 @@ def demo(
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the ground truth here (JSON lines).",
 )
+@click.option("--spares", default=3, show_default=True, help="Idle spares beside the job.")
+@click.option(
+    "--job-label",
+    default="train_job",
+    show_default=True,
+    help="Scheduler job label on the job's nodes ('none': no job label).",
+)
+@click.option(
+    "--job-label-on",
+    type=click.Choice(["all", "dcgm"]),
+    default="all",
+    show_default=True,
+    help="Which series carry the job label (dcgm: only dcgm-exporter's, like hpc_job).",
+)
+@click.option(
+    "--scrape-offsets",
+    type=click.Choice(["inside", "spread"]),
+    default="inside",
+    show_default=True,
+    help="spread: offsets hashed over the whole interval, as Prometheus does.",
+)
+@click.option("--jitter-ms", default=25, show_default=True, help="Scrape jitter (+- ms).")
+@click.option(
+    "--replicas",
+    default="",
+    help="HA pair: comma-separated replica names, e.g. replica-a,replica-b.",
+)
 def simulate(
     url: str,
     hours: float,
@@ -151,6 +178,12 @@ def simulate(
     fault_node: str | None,
     fault_after: float,
     truth: Path | None,
+    spares: int,
+    job_label: str,
+    job_label_on: str,
+    scrape_offsets: str,
+    jitter_ms: int,
+    replicas: str,
 ) -> None:
     """Send a simulated cluster to a remote_write receiver (ends in the present)."""
     import asyncio
@@ -172,7 +205,18 @@ def simulate(
         else ()
     )
     try:
-        config = ClusterConfig(seed=seed, job_nodes=nodes, start_ms=start_ms, faults=faults)
+        config = ClusterConfig(
+            seed=seed,
+            job_nodes=nodes,
+            spares=spares,
+            start_ms=start_ms,
+            faults=faults,
+            job_label=None if job_label == "none" else job_label,
+            job_label_on=job_label_on,
+            scrape_offsets=scrape_offsets,
+            scrape_jitter_ms=jitter_ms,
+            replicas=tuple(r for r in replicas.split(",") if r),
+        )
     except ValueError as exc:
         raise click.ClickException(f"ValueError: {exc}") from exc
     if truth:
@@ -185,8 +229,13 @@ def simulate(
 @click.option(
     "--scenario", "names", multiple=True, help="Scenario name (repeatable); default suite."
 )
-@click.option("--tag", default=None, help="Only scenarios with this tag (fail-stop, fail-slow, …).")
-@click.option("--seeds", default=None, type=int, help="Seeds per scenario (default 3).")
+@click.option(
+    "--tag",
+    default=None,
+    help="Only scenarios with this tag (fail-stop, fail-slow, must-not-page, precursor, "
+    "real-fleet: the opt-in real-fleet shapes).",
+)
+@click.option("--seeds", default=None, type=int, help="Seeds per scenario (default 3, max 20).")
 @click.option(
     "--seed-set",
     type=click.Choice(["reporting", "tuning"]),
@@ -217,11 +266,12 @@ def evaluate(
     list_only: bool,
 ) -> None:
     """Run labelled scenarios through the detectors and print recall, lead time vs XID,
-    false alerts per node-day and culprit accuracy against their targets."""
+    false pages per group-day (critical, node warnings, group alerts) and culprit
+    accuracy against their targets. Each scenario runs with its own worker settings."""
     import json
     import time
 
-    from streams.evaluation import build_report, render_markdown, render_text
+    from streams.evaluation import build_report, render_markdown, render_text, summarize
     from streams.evaluation.runner import run_suite
     from streams.sources.simulator import scenarios as library
 
@@ -251,7 +301,16 @@ def evaluate(
         runs,
         runtime_s=runtime,
         scenario_runtimes_s=per_scenario,
-        meta={"seeds": seed_list, "seed_set": seed_set, "jobs": jobs},
+        meta={
+            "seeds": seed_list,
+            "seed_set": seed_set,
+            "jobs": jobs,
+            "seconds_per_group_day": {
+                name: per_scenario[name] / summarize(scores).group_days
+                for name, scores in runs.items()
+                if summarize(scores).group_days
+            },
+        },
     )
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))

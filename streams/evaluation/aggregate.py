@@ -28,6 +28,12 @@ nor class-right), and None when there is nothing to count. Where the figure
   whatever the job's size), ``per_group_week`` = per group-day × 7. The same
   over the must-not-page runs only (runs without a fault) as
   ``must_not_page_false_per_group_day`` — the figure the target is about.
+* False pages by severity, per group-day (``group_days`` = node-days / 60):
+  ``false_critical`` — false node alerts that paged critical, plus critical
+  group-level alerts in must-not-page runs; ``false_node_warnings`` — false
+  node alerts that stayed warnings; ``must_not_page_group_alerts`` — every
+  group-level alert in a must-not-page run (per that runs' group-days). Each
+  with its ``_per_group_day`` rate.
 * Must-not-page events: ``events``, ``events_blamed`` (a node was blamed),
   ``events_not_blamed_rate``; ``group_alerts`` (group-level episodes) and
   ``events_group_alerted``.
@@ -92,6 +98,13 @@ class Summary:
     must_not_page_false_node_alerts: int
     must_not_page_node_days: float
     must_not_page_false_per_group_day: float | None
+    group_days: float
+    false_critical: int
+    false_critical_per_group_day: float | None
+    false_node_warnings: int
+    false_node_warnings_per_group_day: float | None
+    must_not_page_group_alerts: int
+    must_not_page_group_alerts_per_group_day: float | None
     events: int
     events_blamed: int
     events_not_blamed_rate: float | None
@@ -150,6 +163,12 @@ def summarize(
     quiet_rate = _rate(quiet_false, quiet_days)
     events = [e for r in runs for e in r.events]
     blamed = sum(e.blamed for e in events)
+    false_eps = [ep for r in runs for ep in r.false_alerts]
+    quiet_groups = [ep for r in quiet for ep in r.group_alerts]
+    critical = sum(ep.critical for ep in false_eps) + sum(ep.critical for ep in quiet_groups)
+    warnings = sum(not ep.critical for ep in false_eps)
+    group_days = node_days / GROUP_NODES
+    quiet_group_days = quiet_days / GROUP_NODES
     return Summary(
         runs=len(runs),
         faults=len(faults),
@@ -190,6 +209,13 @@ def summarize(
         must_not_page_false_node_alerts=quiet_false,
         must_not_page_node_days=quiet_days,
         must_not_page_false_per_group_day=None if quiet_rate is None else quiet_rate * GROUP_NODES,
+        group_days=group_days,
+        false_critical=critical,
+        false_critical_per_group_day=_rate(critical, group_days),
+        false_node_warnings=warnings,
+        false_node_warnings_per_group_day=_rate(warnings, group_days),
+        must_not_page_group_alerts=len(quiet_groups),
+        must_not_page_group_alerts_per_group_day=_rate(len(quiet_groups), quiet_group_days),
         events=len(events),
         events_blamed=blamed,
         events_not_blamed_rate=_rate(len(events) - blamed, len(events)),

@@ -14,7 +14,8 @@ or a future detector with its own labels — they are read as
 
 The GPU of an alert is its ``gpu`` label, else the first signal that names one
 (as :func:`streams.alerting.alert_labels` does); its class is its ``class``
-label when it has one (the family's default is applied by the scorer).
+label when it has one (the family's default is applied by the scorer); its
+severity (``critical`` pages on-call, ``warning`` does not) is kept per firing.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class AlertEvent:
     bucket_ts: int
     gpu: str | None = None
     fault_class: str | None = None
+    severity: str | None = None
 
     def __post_init__(self) -> None:
         if self.status not in _STATUS_ORDER:
@@ -61,6 +63,7 @@ class AlertEvent:
             bucket_ts=int(change.bucket_ts),
             gpu=None if gpu is None else str(gpu),
             fault_class=labels.get("class"),
+            severity=getattr(change, "severity", None),
         )
 
     @classmethod
@@ -80,6 +83,7 @@ class AlertEvent:
             bucket_ts=int(data["bucket_ts"]),
             gpu=None if gpu is None else str(gpu),
             fault_class=None if cls_label is None else str(cls_label),
+            severity=data.get("severity", labels.get("severity")),
         )
 
 
@@ -99,6 +103,7 @@ class Firing:
     ts: int
     gpu: str | None
     fault_class: str | None
+    severity: str | None = None
 
 
 @dataclass(frozen=True)
@@ -118,6 +123,11 @@ class AlertEpisode:
     def fired_ts(self) -> int:
         return self.firings[0].ts
 
+    @property
+    def critical(self) -> bool:
+        """Some firing of it paged as critical (a warning that escalated counts)."""
+        return any(f.severity == "critical" for f in self.firings)
+
 
 def alert_episodes(events: Iterable[AlertEvent], merge_ms: int) -> list[AlertEpisode]:
     """Group transitions into episodes (see the module docstring), ordered by first firing."""
@@ -134,7 +144,7 @@ def alert_episodes(events: Iterable[AlertEvent], merge_ms: int) -> list[AlertEpi
             if last is not None and last[2]:
                 episodes[-1] = (last[0], e.bucket_ts, False)
             continue
-        firing = Firing(e.bucket_ts, e.gpu, e.fault_class)
+        firing = Firing(e.bucket_ts, e.gpu, e.fault_class, e.severity)
         if last is not None and last[2]:
             continue  # a re-send of the active alert
         if last is not None and last[1] is not None and e.bucket_ts - last[1] <= merge_ms:

@@ -332,6 +332,10 @@ FIGURE_HEADERS = [
     "class",
     "detect p50/p90",
     "false/grp-day",
+    "grp-days",
+    "crit/grp-day",
+    "warn/grp-day",
+    "quiet grp/grp-day",
     "events ok",
     "grp alerts",
 ]
@@ -352,6 +356,10 @@ def _figure_row(block: ScenarioResult) -> list[str]:
         _fmt(s.class_accuracy, "%"),
         detect,
         _fmt(s.false_per_group_day, ""),
+        f"{s.group_days:.2f}",
+        _fmt(s.false_critical_per_group_day, ""),
+        _fmt(s.false_node_warnings_per_group_day, ""),
+        _fmt(s.must_not_page_group_alerts_per_group_day, ""),
         _fmt(s.events_not_blamed_rate, "%"),
         str(s.group_alerts),
     ]

@@ -5,8 +5,11 @@ ingest's ``FrameBuilder`` and the worker's ``Pipeline`` in one process
 (``streams.offline``), exactly what the worker decides over Kafka; a
 row-remap creep, which spans weeks, also goes through the same per-GPU health
 detector on its coarse fast-path track. The alerts are scored against the
-run's ground truth (``streams.evaluation.scoring``). Runs are independent, so
-they spread over worker processes.
+run's ground truth (``streams.evaluation.scoring``), with the worker
+settings the scenario carries (``Scenario.settings_for``: the library's
+original scenarios group by ``train_job``, the real-fleet ones as a new user
+would for the seed's label layout). Runs are independent, so they spread over
+worker processes.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ class RunResult:
 
 
 def evaluation_settings() -> Settings:
-    """The worker's defaults, grouping by the scheduler's job label as the simulator sets it."""
+    """The settings of the library's original scenarios: group by the job label ``train_job``."""
     return Settings(group_labels=["train_job"])
 
 
@@ -65,7 +68,7 @@ def run_one(name: str, seed: int, keep_scores: bool = False) -> RunResult:
     """One scenario and seed, scored. Top-level so process pools can call it."""
     started = time.perf_counter()
     scenario: Scenario = get_scenario(name)
-    settings = evaluation_settings()
+    settings = scenario.settings_for(seed)
     config = scenario.config_for(seed)
     end_ms = scenario.end_ms(seed)
     changes: list[AlertChange] = []
@@ -80,7 +83,8 @@ def run_one(name: str, seed: int, keep_scores: bool = False) -> RunResult:
                 )
     start_ms = config.start_ms
     for track in scenario.remap_tracks(seed):
-        changes.extend(remap_track_changes(track, config.job_name, settings))
+        group = config.job_name if config.job_label else config.cluster
+        changes.extend(remap_track_changes(track, group, settings))
         start_ms = min(start_ms, int(track.t_ms[0]) if len(track.t_ms) else start_ms)
     score = score_run(
         scenario.ground_truth(seed),

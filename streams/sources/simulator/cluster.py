@@ -13,7 +13,9 @@ goes through the same remote_write ingest as real data:
   restart at an explicit reboot;
 - every target is scraped at its own fixed offset within the interval plus a
   few ms of jitter, and every sample carries ``instance``, ``job`` and
-  ``cluster`` labels like a real scrape;
+  ``cluster`` labels like a real scrape (``fleet`` has the shapes real fleets
+  add: job labels on some exporters only, offsets spread over the whole
+  interval, HA replica pairs, role labels);
 - nodes differ persistently (offsets per node and GPU) and noisily (per scrape).
 
 What the nodes do comes from the job's plan (``timeline.plan_job``: training
@@ -51,12 +53,19 @@ from streams.sources.simulator.activity import (
 )
 from streams.sources.simulator.calibration import Calibration
 from streams.sources.simulator.faults import Fault
+from streams.sources.simulator.fleet import (
+    job_labelled,
+    label_vanishes_from_ms,
+    node_roles,
+    replica_jitter,
+    scrape_offsets,
+    with_replica,
+)
 from streams.sources.simulator.layout import (
     BASE_NODE_COLUMNS,
     METRIC_FAMILIES,
     SeriesLayout,
     pci_bus_id,
-    sorted_labels,
     trainer_labels,
 )
 from streams.sources.simulator.state import TRAINER, RoundState
@@ -102,6 +111,30 @@ class ClusterConfig:
     read the node's sums);
     ``ib_devices`` HCAs (``mlx5_<k>``, port 1) carry the InfiniBand counters;
     the trainer's ranks fill ``pipeline_stages`` stages in rank order.
+
+    Real-fleet shapes (see ``fleet``; the defaults keep the simulator's
+    original, tidy behaviour):
+
+    - ``job_label_on``: which series carry ``job_label`` on allocated nodes:
+      ``"all"`` (a relabel rule on every target) or ``"dcgm"`` (only
+      dcgm-exporter's GPU series, as its ``hpc_job`` from Slurm's job-mapping
+      files; node_exporter carries none). ``job_label=None``: no job label at
+      all (group by ``cluster`` only).
+    - ``job_label_vanishes_at_xid``: from the scrape round in which a
+      job-stopping fault's XID first shows, the dying job's nodes carry no job
+      label (the scheduler's epilog removed it) until the restart.
+    - ``role_label``: a role label (e.g. ``pipeline_stage``) beside the job label,
+      the node's pipeline stage by rank (``pipeline_stages`` stages).
+    - ``scrape_offsets``: ``"inside"`` draws each target's offset so its samples
+      (with jitter) stay inside their round's bucket; ``"spread"`` hashes the
+      target (and replica, and seed) to an offset anywhere in ``[0, interval)``
+      as Prometheus does, so with ``scrape_jitter_ms`` (up to 500 ms in real
+      fleets) samples land a few hundred ms either side of bucket boundaries.
+    - ``replicas``: an HA Prometheus pair (or more): every series is sent once
+      per replica, differing only in ``replica_label``; each replica scrapes at
+      its own offsets and jitter (its counters read at its own times).
+    - ``restart_first_save_s``: the first save after a restart comes this long
+      after training resumes (None: one checkpoint interval).
     """
 
     seed: int = 0
@@ -141,6 +174,13 @@ class ClusterConfig:
     pipeline_stages: int = 4
     trainer_job: str = "trainer"
     trainer_port: int = 9500
+    job_label_on: str = "all"
+    job_label_vanishes_at_xid: bool = False
+    role_label: str | None = None
+    scrape_offsets: str = "inside"
+    replicas: tuple[str, ...] = ()
+    replica_label: str = "prometheus_replica"
+    restart_first_save_s: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "faults", tuple(self.faults))
@@ -182,14 +222,39 @@ class ClusterConfig:
             raise ValueError("first_save_s must be >= 0")
         if self.restart_delay_s < 0 or self.restart_load_s < 0:
             raise ValueError("restart_delay_s and restart_load_s must be >= 0")
+        self._check_fleet_shape()
         for fault in self.faults:
             if not isinstance(fault, Fault):
                 raise ValueError(f"not a fault spec: {fault!r}")
             fault.check(self.hosts, self.gpus_per_node)
 
+    def _check_fleet_shape(self) -> None:
+        object.__setattr__(self, "replicas", tuple(self.replicas))
+        if self.job_label_on not in ("all", "dcgm"):
+            raise ValueError("job_label_on must be 'all' or 'dcgm'")
+        if self.scrape_offsets not in ("inside", "spread"):
+            raise ValueError("scrape_offsets must be 'inside' or 'spread'")
+        if self.scrape_jitter_ms > 1000:
+            raise ValueError("scrape_jitter_ms must be <= 1000")
+        if self.role_label is not None and (not self.role_label or self.job_label is None):
+            raise ValueError("role_label needs a job_label beside it")
+        if self.job_label_vanishes_at_xid and self.job_label is None:
+            raise ValueError("job_label_vanishes_at_xid needs a job_label")
+        if len(set(self.replicas)) != len(self.replicas) or not all(self.replicas):
+            raise ValueError("replicas must be distinct non-empty names")
+        if self.replicas and not self.replica_label:
+            raise ValueError("replica_label must be non-empty")
+        if self.restart_first_save_s is not None and self.restart_first_save_s < 0:
+            raise ValueError("restart_first_save_s must be >= 0")
+
     @property
     def interval_ms(self) -> int:
         return int(self.scrape_interval_s * 1000)
+
+    @property
+    def job_label_layout(self) -> str:
+        """``"all"``, ``"dcgm"`` or ``"none"``: which series carry the job label."""
+        return "none" if self.job_label is None else self.job_label_on
 
     @cached_property
     def hosts(self) -> tuple[str, ...]:
@@ -242,7 +307,7 @@ class ClusterSimulator:
     and delivered with a later round.
     """
 
-    def __init__(self, config: ClusterConfig):
+    def __init__(self, config: ClusterConfig, *, replica: int = 0):
         self.config = config
         self.plan: JobPlan = plan_job(config)
         self.hosts = config.hosts
@@ -251,20 +316,27 @@ class ClusterSimulator:
         for fault in config.faults:
             fault.shape_traits(self.traits, config)
         self.layout = SeriesLayout(config)
-        self._labels = self.layout.labels(config, self.traits.uuids)
-        self._job_labels = (
-            [
-                [sorted_labels({**lbl, config.job_label: config.job_name}) for lbl in node]
-                for node in self._labels
-            ]
-            if config.job_label
-            else self._labels
+        # An HA pair: this simulator is replica 0 and drives one mirror per further
+        # replica; the mirrors compute the same rounds (same streams) but scrape at
+        # their own offsets and jitter, so only their counters' read times differ.
+        self._replica = replica
+        self._offset_ms = scrape_offsets(config, self.traits.offset_ms, replica)
+        self._mirrors = (
+            [ClusterSimulator(config, replica=i) for i in range(1, len(config.replicas))]
+            if replica == 0
+            else []
         )
+        self._labels = [
+            [with_replica(lbl, config, replica) for lbl in node]
+            for node in self.layout.labels(config, self.traits.uuids)
+        ]
+        self._job_label_sets: dict[tuple[int, str], list[dict[str, str]]] = {}
+        self._vanish_from = [label_vanishes_from_ms(config, e) for e in self.plan.epochs]
         self._faults = [
             (f, None if f.node is None else self.hosts.index(f.node)) for f in config.faults
         ]
         self._member_masks: dict[int, np.ndarray] = {}
-        self._flat_labels: dict[int, tuple[list[dict[str, str]], np.ndarray]] = {}
+        self._flat_labels: dict[tuple[int, bool], tuple[list[dict[str, str]], np.ndarray]] = {}
         self._trainer_labels: dict[int, dict[int, list[dict[str, str]]]] = {}
         start = self.traits.counters_start
         self._intr = start["intr"].copy()
@@ -298,13 +370,30 @@ class ClusterSimulator:
     def scrape(self, t_ms: int) -> list[Series]:
         """Every series that reaches the receiver in the scrape round starting at ``t_ms``."""
         state, ts = self._step(t_ms)
-        return self._series(state, ts)
+        out = self._series(state, ts)
+        for mirror in self._anchored_mirrors(ts):
+            out.extend(mirror.scrape(t_ms))
+        return out
 
     def advance(self, t_ms: int) -> None:
         """Compute the round at ``t_ms`` without building series (to fast-forward)."""
-        self._step(t_ms)
+        _, ts = self._step(t_ms)
         self._prev_keep = None
         self._prev_trainer = {}
+        for mirror in self._anchored_mirrors(ts):
+            mirror.advance(t_ms)
+
+    def _anchored_mirrors(self, ts: np.ndarray) -> list[ClusterSimulator]:
+        """The mirrors, each starting its counters from this replica's first reading.
+
+        Both replicas read the same counters: a mirror's first round integrates
+        from this replica's first sample times to its own, so its values differ
+        by what the counters gained in between, not by a constant.
+        """
+        for mirror in self._mirrors:
+            if mirror._prev_ts is None:
+                mirror._prev_ts = ts.copy()
+        return self._mirrors
 
     @property
     def iteration_time_s(self) -> float:
@@ -365,9 +454,12 @@ class ClusterSimulator:
             else None,
             cfg,
         )
-        ts = t_ms + self.traits.offset_ms
-        ts[:, :2] += jitter
-        ts[:, 2] += extra.jitter
+        ts = t_ms + self._offset_ms
+        if self._replica == 0:
+            ts[:, :2] += jitter
+            ts[:, 2] += extra.jitter
+        else:
+            ts += replica_jitter(cfg, self._replica, k, n)
 
         phase = self._phase(t_ms)
         state = RoundState(
@@ -475,21 +567,35 @@ class ClusterSimulator:
     def _labels_for(self, t_ms: int) -> tuple[list[dict[str, str]], np.ndarray]:
         """Every (node, column) label set in row-major order, as a list and an object array."""
         try:
-            epoch = self.plan.epoch_at(t_ms).index
+            epoch = self.plan.epoch_at(t_ms)
         except ValueError:
-            epoch = -1
-        cached = self._flat_labels.get(epoch)
+            epoch = None
+        index = -1 if epoch is None else epoch.index
+        vanish = None if epoch is None else self._vanish_from[index]
+        vanished = vanish is not None and t_ms >= vanish
+        cached = self._flat_labels.get((index, vanished))
         if cached is None:
-            allocated = self._allocated(t_ms)
+            labelled = epoch is not None and self.config.job_label is not None and not vanished
+            roles = node_roles(self.config, epoch) if labelled and epoch is not None else {}
             flat = [
                 lbl
                 for i in range(len(self.hosts))
-                for lbl in (self._job_labels if allocated[i] else self._labels)[i]
+                for lbl in (self._job_labels_of(i, roles[i]) if i in roles else self._labels[i])
             ]
             array = np.empty(len(flat), dtype=object)
             array[:] = flat
-            cached = self._flat_labels[epoch] = (flat, array)
+            cached = self._flat_labels[(index, vanished)] = (flat, array)
         return cached
+
+    def _job_labels_of(self, node: int, role: str) -> list[dict[str, str]]:
+        """Node ``node``'s label sets while allocated to the job (built once per role)."""
+        key = (node, role if self.config.role_label else "")
+        labels = self._job_label_sets.get(key)
+        if labels is None:
+            labels = self._job_label_sets[key] = job_labelled(
+                self.config, self._labels[node], self.layout.col_target, role
+            )
+        return labels
 
     def _values(self, state: RoundState) -> np.ndarray:
         n, lay = len(self.hosts), self.layout
@@ -607,7 +713,10 @@ class ClusterSimulator:
         if labels is None:
             members = len(epoch.members)
             labels = self._trainer_labels[epoch.index] = {
-                node: trainer_labels(self.config, self.hosts[node], rank, members)
+                node: [
+                    with_replica(lbl, self.config, self._replica)
+                    for lbl in trainer_labels(self.config, self.hosts[node], rank, members)
+                ]
                 for rank, node in enumerate(epoch.members)
             }
         up = state.member & ~state.silent & ~state.target_silent[:, TRAINER]

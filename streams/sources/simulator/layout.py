@@ -232,6 +232,6 @@ def trainer_labels(
         "dp_group": dp_group,
         "pp_stage": pp_stage,
     }
-    if config.job_label:
+    if config.job_label and config.job_label_on == "all":
         base[config.job_label] = config.job_name
     return [sorted_labels({**base, "__name__": name}) for name in TRAINER_GAUGES]

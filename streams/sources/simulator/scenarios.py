@@ -20,7 +20,9 @@ disjoint so thresholds are never fitted to the reported runs.
 Tags: ``fail-stop`` (an abrupt failure: the job dies), ``fail-slow`` (the job
 runs slower, no XID), ``precursor`` (evidence before the failure: remaps),
 ``must-not-page`` (no node should be paged: saves, restart loads, job-wide
-slowdowns, a hot GPU, two populations, jitter and late scrapes). Job-wide
+slowdowns, a hot GPU, two populations, jitter and late scrapes), ``real-fleet``
+(the shapes real fleets send, ``real_fleet``; opt-in: not in the default
+suite, evaluated with the settings a new user would set). Job-wide
 slowdowns are both ``fail-slow`` and ``must-not-page``: the slowdown is real,
 but it has no culprit node.
 
@@ -40,6 +42,8 @@ from types import MappingProxyType
 import numpy as np
 
 from streams.ingest.series import Series
+from streams.settings import Settings
+from streams.sources.simulator import real_fleet
 from streams.sources.simulator.calibration import Calibration
 from streams.sources.simulator.cluster import ALL_FAMILIES, DEFAULT_START_MS, ClusterConfig
 from streams.sources.simulator.conditions import HotGpu, LateScrape, PlannedRestart, TwoPopulations
@@ -82,21 +86,24 @@ __all__ = [
     "get_scenario",
     "scenario_names",
     "scenarios",
+    "settings_for_layout",
     "suite_rounds",
 ]
 
-FAIL_STOP, FAIL_SLOW, MUST_NOT_PAGE, PRECURSOR = (
+FAIL_STOP, FAIL_SLOW, MUST_NOT_PAGE, PRECURSOR, REAL_FLEET = (
     "fail-stop",
     "fail-slow",
     "must-not-page",
     "precursor",
+    "real-fleet",
 )
-TAGS = frozenset({FAIL_STOP, FAIL_SLOW, MUST_NOT_PAGE, PRECURSOR})
+TAGS = frozenset({FAIL_STOP, FAIL_SLOW, MUST_NOT_PAGE, PRECURSOR, REAL_FLEET})
 JOB_SIZES = frozenset({16, 60, 128})
 SPARES = 3
 
-TUNING_SEEDS: tuple[int, ...] = tuple(range(1000, 1010))
-REPORTING_SEEDS: tuple[int, ...] = tuple(range(2000, 2010))
+# 20 each: the real-fleet suite needs 11 seeds for 30 group-days
+TUNING_SEEDS: tuple[int, ...] = tuple(range(1000, 1020))
+REPORTING_SEEDS: tuple[int, ...] = tuple(range(2000, 2020))
 DEFAULT_SEEDS = 3  # seeds per scenario in the default suite (the first of a seed set)
 
 # report: median save interval 2.23 h at 4 K sequence length, 3.32 h at 32 K, 1.36 h at 100 K
@@ -111,8 +118,11 @@ class Scenario:
     """A named, seeded, labelled run: ``config_for(seed)`` is the cluster and its faults.
 
     ``duration_s`` is the simulated length from ``config.start_ms``;
-    ``job_nodes`` the job's size (16, 60 or 128; 3 spares beside it); ``tags``
-    from ``TAGS``; ``default``: part of the default evaluation suite.
+    ``job_nodes`` the job's size (16, 60 or 128; 3 spares beside it unless the
+    build says otherwise); ``tags`` from ``TAGS``; ``default``: part of the
+    default evaluation suite. ``group_labels``: the worker's ``group_labels``
+    it is evaluated with; None: what a new user would set for the seed's
+    layout (``settings_for_layout``).
     """
 
     name: str
@@ -122,6 +132,7 @@ class Scenario:
     duration_s: float
     build: Callable[[np.random.Generator, ClusterConfig], ClusterConfig]
     default: bool = True
+    group_labels: tuple[str, ...] | None = ("train_job",)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tags", frozenset(self.tags))
@@ -147,6 +158,12 @@ class Scenario:
             raise ValueError("seed must be >= 0")
         rng = np.random.default_rng((seed, zlib.crc32(self.name.encode())))
         return self.build(rng, _base_config(rng, seed, self.job_nodes))
+
+    def settings_for(self, seed: int) -> Settings:
+        """The worker settings this run is evaluated with."""
+        if self.group_labels is None:
+            return settings_for_layout(self.config_for(seed))
+        return Settings(group_labels=list(self.group_labels))
 
     def end_ms(self, seed: int) -> int:
         return self.config_for(seed).start_ms + self.duration_ms
@@ -179,6 +196,13 @@ class Scenario:
             )
             for fault in creeps
         ]
+
+
+def settings_for_layout(config: ClusterConfig) -> Settings:
+    """Default settings (group by ``cluster``), or ``[job label, cluster]`` when there is one."""
+    if config.job_label is None:
+        return Settings()
+    return Settings(group_labels=[config.job_label, "cluster"])
 
 
 # --- building blocks ---------------------------------------------------------------------------
@@ -551,8 +575,43 @@ def _registry() -> dict[str, Scenario]:
                  "HW / SW / network / other shares); not in the default suite.",
                  frozenset({FAIL_STOP, FAIL_SLOW, PRECURSOR}), 60, _FAULT_MIX_DAYS * 24 * _H,
                  _fault_mix, default=False),
+        *_real_fleet(),
     ]  # fmt: skip
     return {sc.name: sc for sc in s}
+
+
+def _real_fleet() -> list[Scenario]:
+    """The ``real-fleet`` scenarios (``real_fleet``): opt-in, run with the layout's settings."""
+    quiet = {MUST_NOT_PAGE, REAL_FLEET}
+    stop = {FAIL_STOP, REAL_FLEET}
+
+    def sc(name: str, text: str, tags: set[str], hours: float, build) -> Scenario:
+        return Scenario(name, text, frozenset(tags), 60, hours * _H, build, False, None)
+
+    return [  # the quiet fleet first: the longest run starts at once
+        sc("fleet-quiet", f"{real_fleet.QUIET_FLEET_DAYS} days of healthy training in every shape "
+           "drawn together (HA aside), a planned restart about twice a day.",
+           quiet, real_fleet.QUIET_FLEET_DAYS * 24, real_fleet.quiet_fleet),
+        sc("fleet-idle-spares", "0-5 idle spares beside the 60-node job, grouped by cluster.",
+           quiet, 2, real_fleet.idle_spares),
+        sc("fleet-scrape-timing", "Scrape offsets hashed over the whole 30 s interval per target, "
+           "100-500 ms of jitter: samples land either side of bucket boundaries.",
+           quiet, 2, real_fleet.scrape_timing),
+        sc("fleet-checkpoint-cadence", "Saves every 20 min to 4 h, the first in the first minute "
+           "or anywhere in the cycle.", quiet, 3, real_fleet.checkpoint_cadence),
+        sc("fleet-restart-load", "A planned restart 5-15 min in, a 5-60 min load, the first save "
+           "right after it or an interval later.", quiet, 2, real_fleet.restart_load),
+        sc("fleet-ha-pair", "An HA Prometheus pair: every series twice, prometheus_replica "
+           "replica-a / replica-b, each at its own offsets.", quiet, 1.5, real_fleet.ha_pair),
+        sc("fleet-label-layout", "Job label on every series, only on dcgm-exporter's, or none "
+           "(train_job / hpc_job, a pipeline_stage role label or not), 3 spares.",
+           quiet, 2, real_fleet.label_layout),
+        sc("fleet-xid", "An NVLink + bus or ECC XID fail-stop under every shape drawn together "
+           "(spares, spread offsets, cadence, load, HA, layout).",
+           stop, 1.5, real_fleet.fleet_xid),
+        sc("fleet-xid-vanishing-label", "The same with the job label (every series or dcgm only) "
+           "gone from the XID's scrape on.", stop, 1.5, real_fleet.fleet_xid_vanishing_label),
+    ]  # fmt: skip
 
 
 SCENARIOS: Mapping[str, Scenario] = MappingProxyType(_registry())
@@ -567,13 +626,17 @@ def get_scenario(name: str) -> Scenario:
 
 
 def scenarios(tag: str | None = None, *, include_long: bool = False) -> tuple[Scenario, ...]:
-    """Scenarios in registry order, optionally with ``tag``; the long ones only if asked."""
+    """Scenarios in registry order, optionally with ``tag``; the long ones only if asked.
+
+    The ``real-fleet`` scenarios are not in the default suite: ``tag="real-fleet"``
+    (or ``include_long``) selects them.
+    """
     if tag is not None and tag not in TAGS:
         raise ValueError(f"unknown tag {tag!r}; known: {', '.join(sorted(TAGS))}")
     return tuple(
         sc
         for sc in SCENARIOS.values()
-        if (include_long or sc.default) and (tag is None or tag in sc.tags)
+        if (include_long or sc.default or tag == REAL_FLEET) and (tag is None or tag in sc.tags)
     )
 
 

@@ -14,8 +14,9 @@ Checkpoint saves are drawn per epoch from their own seeded stream, lazily, so
 an endless simulation needs no horizon: intervals are log-normal around
 ``checkpoint_interval_s`` and durations uniform in ``save_duration_s``. The
 first save of a (re)started job comes one interval after training begins,
-except in the first epoch when ``first_save_s`` places it (the simulation
-opens mid-training, anywhere in the save cycle).
+unless ``first_save_s`` places it in the first epoch (the simulation opens
+mid-training, anywhere in the save cycle) or ``restart_first_save_s`` after a
+restart load (frameworks that save right after resuming).
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ class _SaveSchedule:
         self.starts: list[int] = []
         self.ends: list[int] = []
         self.durations: list[int] = []
-        first = config.first_save_s if epoch.index == 0 else None
+        first = config.first_save_s if epoch.index == 0 else config.restart_first_save_s
         self._next_ms = epoch.train_ms + (
             self._interval_ms() if first is None else int(first * 1000)
         )
