@@ -28,6 +28,7 @@ __all__ = ["AlertEpisode", "AlertEvent", "Firing", "alert_episodes", "to_alert_e
 
 Status = Literal["firing", "resolved"]
 _STATUS_ORDER = {"resolved": 0, "firing": 1}  # in one bucket, a resolution comes first
+_EpisodeKey = tuple[str, str | None, str | None]  # alertname, node, group (group-level only)
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class AlertEvent:
     gpu: str | None = None
     fault_class: str | None = None
     severity: str | None = None
+    group: str | None = None
 
     def __post_init__(self) -> None:
         if self.status not in _STATUS_ORDER:
@@ -64,6 +66,7 @@ class AlertEvent:
             gpu=None if gpu is None else str(gpu),
             fault_class=labels.get("class"),
             severity=getattr(change, "severity", None),
+            group=getattr(change, "group", None),
         )
 
     @classmethod
@@ -84,6 +87,7 @@ class AlertEvent:
             gpu=None if gpu is None else str(gpu),
             fault_class=None if cls_label is None else str(cls_label),
             severity=data.get("severity", labels.get("severity")),
+            group=data.get("group", labels.get("group")),
         )
 
 
@@ -135,9 +139,9 @@ def alert_episodes(events: Iterable[AlertEvent], merge_ms: int) -> list[AlertEpi
         raise ValueError(f"merge_ms must be >= 0, got {merge_ms}")
     ordered = sorted(events, key=lambda e: (e.bucket_ts, _STATUS_ORDER[e.status]))
     # per key: [firings, resolved_ts, open]
-    building: dict[tuple[str, str | None], list[tuple[list[Firing], int | None, bool]]] = {}
+    building: dict[_EpisodeKey, list[tuple[list[Firing], int | None, bool]]] = {}
     for e in ordered:
-        key = (e.alertname, e.node)
+        key = (e.alertname, e.node, e.group if e.node is None else None)
         episodes = building.setdefault(key, [])
         last = episodes[-1] if episodes else None
         if e.status == "resolved":
@@ -154,7 +158,7 @@ def alert_episodes(events: Iterable[AlertEvent], merge_ms: int) -> list[AlertEpi
         episodes.append(([firing], None, True))
     out = [
         AlertEpisode(name, node, tuple(firings), None if is_open else resolved)
-        for (name, node), episodes in building.items()
+        for (name, node, _group), episodes in building.items()
         for firings, resolved, is_open in episodes
     ]
     return sorted(out, key=lambda ep: (ep.fired_ts, ep.alertname, ep.node or ""))

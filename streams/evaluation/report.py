@@ -338,6 +338,7 @@ FIGURE_HEADERS = [
     "quiet grp/grp-day",
     "events ok",
     "grp alerts",
+    "s/grp-day",
 ]
 
 
@@ -362,6 +363,9 @@ def _figure_row(block: ScenarioResult) -> list[str]:
         _fmt(s.must_not_page_group_alerts_per_group_day, ""),
         _fmt(s.events_not_blamed_rate, "%"),
         str(s.group_alerts),
+        "—"
+        if block.runtime_s is None or not s.group_days
+        else f"{block.runtime_s / s.group_days:.0f}",
     ]
 
 

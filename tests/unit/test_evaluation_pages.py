@@ -80,6 +80,27 @@ def test_severity_is_read_from_alert_changes_and_their_dicts() -> None:
 
 def test_the_report_shows_group_days_and_each_page_rate() -> None:
     run = quiet_day([page("n01", 10, NODE_COLLAPSE, "critical")])
-    text = render_text(build_report({"fleet-idle-spares": [run]}))
-    assert "crit/grp-day" in text and "warn/grp-day" in text and "grp-days" in text
-    assert "1.00" in text
+    report = build_report(
+        {"fleet-idle-spares": [run]}, scenario_runtimes_s={"fleet-idle-spares": 123.0}
+    )
+    text = render_text(report)
+    assert "crit/grp-day" in text and "warn/grp-day" in text and "s/grp-day" in text
+    (row,) = [line for line in text.splitlines() if line.strip().startswith("fleet-idle-spares ")]
+    assert row.split()[-1] == "123" and "1.00" in row
+
+
+def test_two_groups_group_alerts_are_two_pages_and_a_nodes_alert_is_one() -> None:
+    episodes = alert_episodes(
+        [
+            AlertEvent(GROUP_DEGRADED, None, "firing", T0, severity="warning", group="job"),
+            AlertEvent(GROUP_DEGRADED, None, "firing", T0 + B, severity="warning", group="spares"),
+            AlertEvent(NODE_COLLAPSE, "n01", "firing", T0, severity="critical", group="job"),
+            AlertEvent(NODE_COLLAPSE, "n01", "firing", T0 + B, severity="critical", group="spares"),
+        ],
+        merge_ms=10 * B,
+    )
+    assert sorted((ep.alertname, ep.node) for ep in episodes) == [
+        (GROUP_DEGRADED, None),
+        (GROUP_DEGRADED, None),
+        (NODE_COLLAPSE, "n01"),
+    ]
