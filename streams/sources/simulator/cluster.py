@@ -127,9 +127,10 @@ class ClusterConfig:
       the node's pipeline stage by rank (``pipeline_stages`` stages).
     - ``scrape_offsets``: ``"inside"`` draws each target's offset so its samples
       (with jitter) stay inside their round's bucket; ``"spread"`` hashes the
-      target (and replica, and seed) to an offset anywhere in ``[0, interval)``
-      as Prometheus does, so with ``scrape_jitter_ms`` (up to 500 ms in real
-      fleets) samples land a few hundred ms either side of bucket boundaries.
+      target (and replica, and seed) to an offset anywhere in the interval as
+      Prometheus does, so with ``scrape_jitter_ms`` (up to 500 ms in real
+      fleets) samples land up to that far past their round's bucket, in the
+      next one (never before their round: a scrape shows its round's state).
     - ``replicas``: an HA Prometheus pair (or more): every series is sent once
       per replica, differing only in ``replica_label``; each replica scrapes at
       its own offsets and jitter (its counters read at its own times).

@@ -58,11 +58,15 @@ def scrape_offsets(config: ClusterConfig, inside: np.ndarray, replica: int) -> n
         rng = np.random.default_rng((config.seed, _REPLICA_OFFSET_STREAM, replica))
         jitter = config.scrape_jitter_ms
         return rng.integers(jitter + 1, config.interval_ms - jitter - 1, size=inside.shape)
+    # A round's samples show that round's state, so none may be stamped before the
+    # round (evidence before its ground truth): offsets start past the jitter, and
+    # samples cross only the round's end, landing up to the jitter in the next bucket.
     name = config.replicas[replica] if config.replicas else ""
-    return np.array(
+    lowest = config.scrape_jitter_ms + 1
+    return lowest + np.array(
         [
             [
-                hashed_offset_ms(config.seed, name, address, config.interval_ms)
+                hashed_offset_ms(config.seed, name, address, config.interval_ms - lowest)
                 for address in target_addresses(config, host)
             ]
             for host in config.hosts
