@@ -246,6 +246,9 @@ def simulate(
 @click.option("--long", "include_long", is_flag=True, help="Include the multi-day scenarios.")
 @click.option("--jobs", default=2, show_default=True, help="Worker processes.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option(
+    "--details", is_flag=True, help="With --json: every fault, event and false page per run."
+)
 @click.option("--markdown", is_flag=True, help="Print the README tables.")
 @click.option(
     "--plot",
@@ -261,6 +264,7 @@ def evaluate(
     include_long: bool,
     jobs: int,
     as_json: bool,
+    details: bool,
     markdown: bool,
     plot: Path | None,
     list_only: bool,
@@ -313,7 +317,7 @@ def evaluate(
         },
     )
     if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2))
+        click.echo(json.dumps(report.to_dict(details), indent=2))
     elif markdown:
         click.echo(render_markdown(report))
     else:

@@ -29,7 +29,8 @@ JSON (``EvaluationReport.to_dict``), keys stable::
 
 ``summary`` holds every :class:`streams.evaluation.aggregate.Summary` field.
 With ``details=True`` each block also has ``faults`` and ``events`` (per-row
-outcomes, each tagged with its ``run`` index).
+outcomes, each tagged with its ``run`` index) and ``false_pages`` (every false
+node alert, and every group alert of a must-not-page run).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from streams.evaluation.aggregate import GROUP_NODES, Summary, summarize
+from streams.evaluation.alerts import AlertEpisode
 from streams.evaluation.scoring import RunScore
 
 __all__ = [
@@ -229,7 +231,24 @@ class ScenarioResult:
             out["events"] = [
                 {"run": i, **e.to_dict()} for i, r in enumerate(self.runs) for e in r.events
             ]
+            out["false_pages"] = [
+                {"run": i, "level": level, **_episode_dict(ep)}
+                for i, r in enumerate(self.runs)
+                for level, episodes in (("node", r.false_alerts), ("group", r.group_alerts))
+                for ep in episodes
+                if level == "node" or r.must_not_page
+            ]
         return out
+
+
+def _episode_dict(ep: AlertEpisode) -> dict[str, Any]:
+    return {
+        "alertname": ep.alertname,
+        "node": ep.node,
+        "fired_ts": ep.fired_ts,
+        "resolved_ts": ep.resolved_ts,
+        "critical": ep.critical,
+    }
 
 
 @dataclass(frozen=True)

@@ -104,3 +104,12 @@ def test_two_groups_group_alerts_are_two_pages_and_a_nodes_alert_is_one() -> Non
         (GROUP_DEGRADED, None),
         (NODE_COLLAPSE, "n01"),
     ]
+
+
+def test_details_list_every_false_page_with_its_level_and_severity() -> None:
+    run = quiet_day(
+        [page("n01", 10, NODE_COLLAPSE, "critical"), page(None, 40, GROUP_DEGRADED, "warning")]
+    )
+    (block,) = build_report({"fleet-quiet": [run]}).to_dict(details=True)["scenarios"]
+    pages = [(p["level"], p["alertname"], p["node"], p["critical"]) for p in block["false_pages"]]
+    assert pages == [("node", NODE_COLLAPSE, "n01", True), ("group", GROUP_DEGRADED, None, False)]
