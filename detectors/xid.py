@@ -10,7 +10,8 @@ strategy). Four pieces, all pure:
   profiles and an optional operator override — so the mapping is data, not code
   branches. Unknown action or severity names raise ``ValueError`` naming the entry.
 * :func:`parse_kernel_line` — ``NVRM: Xid (PCI:0000:3b:00): 79, pid=..., ...``
-  → :class:`XidEvent`, or None for anything else. It never raises.
+  (or the driver's "GPU … has fallen off the bus" line: XID 79) → :class:`XidEvent`,
+  or None for anything else. It never raises.
 * :class:`XidGaugeTracker` — ``DCGM_FI_DEV_XID_ERRORS`` holds the *last* XID per
   GPU, not a count, so an XID is a *change* of the gauge to a non-zero code.
 * :class:`XidEscalator` — events in time order per (node, gpu) →
@@ -505,6 +506,16 @@ _KERNEL_LINE = re.compile(
     re.ASCII,
 )
 _PCI_ONLY = re.compile(rf"\s*{_PCI}\s*", re.ASCII)
+# The driver's own line when a GPU drops off PCIe, printed with (or, by older and
+# some newer drivers, instead of) the ``Xid ... 79`` line: "NVRM: GPU 0000:3b:00.0: GPU
+# has fallen off the bus.", "NVRM: GPU at PCI:0000:3b:00: ...", "NVRM: The NVIDIA GPU
+# 0000:3b:00.0 (PCI ID: 10de:2330) installed in this system has fallen off the bus ...".
+_FALLEN_OFF = re.compile(
+    rf"NVRM:\s*(?:The\s+NVIDIA\s+)?GPU\s+(?:at\s+)?{_PCI}(?:\s*\(PCI ID:[^)]{{0,32}}\))?"
+    r"[\s:,][^\n]{0,120}?\b(?i:has\s+fallen\s+off\s+the\s+bus)",
+    re.ASCII,
+)
+FALLEN_OFF_XID = 79
 _PID = re.compile(
     r"\s*pid\s*=\s*(?:'?<[^>,]*>'?|'(?P<qpid>\d+)'|(?P<pid>\d+)|[^,]*)\s*(?:,|$)", re.ASCII
 )
@@ -540,6 +551,9 @@ def _pci(m: re.Match[str]) -> str:
 def parse_kernel_line(line: str) -> XidEvent | None:
     """An ``NVRM: Xid (PCI:…): N, …`` kernel line → :class:`XidEvent`, anything else → None.
 
+    The driver's "GPU … has fallen off the bus" line without an ``Xid`` prefix is
+    the XID 79 event (the same bus id and code as its ``Xid`` twin, so one incident).
+
     Accepts dmesg (``[12345.678] ``, ``[Fri Aug 30 11:43:09 2024] ``), journald
     or syslog prefixes (``Oct 01 13:00:00 host kernel: ``), ``/dev/kmsg``
     records, 4- or 8-digit PCI domains, with or without ``PCI:``, with or
@@ -549,7 +563,10 @@ def parse_kernel_line(line: str) -> XidEvent | None:
         return None
     m = _KERNEL_LINE.search(line)
     if m is None:
-        return None
+        fallen = _FALLEN_OFF.search(line)
+        if fallen is None:
+            return None
+        return XidEvent(xid=FALLEN_OFF_XID, source="log", raw=line.strip(), pci_bus_id=_pci(fallen))
     xid = int(m["xid"])
     if xid < 1:
         return None

@@ -392,6 +392,9 @@ class FrameBuilder:
         self._keys: dict[tuple[tuple[str, str], ...], SeriesKey] = {}  # sorted labels -> key
         self._calls = 0
         self._departures: list[FrameData] = []
+        # node -> {"pci_bus_id@<gpu>": bus id}: dcgm-exporter's label next to ``gpu``, sent in
+        # the frame's ``gpus`` so the worker can put a kernel-log XID (bus id) on its GPU index
+        self._pci_of: dict[str, dict[str, str]] = {}
         # features left out of emitted frames, by reason (counted here, not per ``add``)
         self.dropped_results: dict[str, int] = {}
 
@@ -560,6 +563,7 @@ class FrameBuilder:
         if len(memo) >= self.label_memo_size:
             memo.clear()
             self._targets.clear()
+            self._pci_of.clear()
         name = labels.get("__name__", "")
         uses = self._uses.get(name)
         if uses is not None and name in self._matched:
@@ -587,7 +591,10 @@ class FrameBuilder:
                 key = self._keys[items] = _series_key(items)
             values, rates, nums, dens = slots
             pair = _series_key([kv for kv in items if kv[0] != "__name__"]) if nums or dens else ""
-            resolved = (labels, target, key, labels.get("gpu"), values, rates, nums, dens, pair)
+            gpu, pci = labels.get("gpu"), labels.get("pci_bus_id")
+            if gpu and pci:
+                self._pci_of.setdefault(node, {})[per_gpu_key("pci_bus_id", gpu)] = pci
+            resolved = (labels, target, key, gpu, values, rates, nums, dens, pair)
         memo[id(labels)] = resolved
         return resolved
 
@@ -690,6 +697,9 @@ class FrameBuilder:
             values, gpus = self._reduce_partial(parts)
             if values:
                 group, node = frame_key
+                pci = self._pci_of.get(node)
+                if pci:
+                    gpus.update(pci)
                 out.append(FrameData(group, node, bucket, values, gpus))
             # keep what a reopened frame needs to emit complete sums and ratios (module doc)
             kept = [(slot, parts[slot]) for slot in self._kept_slots if parts[slot]]

@@ -2,8 +2,11 @@
 
 Runs on a GPU node, fed by the kernel log, e.g.
 ``journalctl -k -f -o cat | peerwatch xid-log --node gpu081 --group llm-pretrain``.
-Only lines that parse as ``NVRM: Xid`` are sent (the rest of the kernel log
-stays on the node). Each line is sent and acknowledged before the next is
+Only lines that parse as an XID are sent — ``NVRM: Xid`` lines and the
+driver's "GPU … has fallen off the bus" line (XID 79) — the rest of the kernel
+log stays on the node. Lines name the GPU by PCI bus id; the worker puts them
+on dcgm-exporter's GPU index (``streams.node_health``), so the same XID seen
+in the log and in DCGM is one alert. Each line is sent and acknowledged before the next is
 read, and a broker outage is retried, so a line read is a line delivered.
 """
 

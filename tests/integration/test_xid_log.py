@@ -2,13 +2,16 @@
 
 A node's ``NVRM: Xid`` line arrives on the xid topic; the worker that owns the
 node's group judges it with the group's next bucket and pages with the
-catalog's action (79, fallen off the bus: restart the machine, then support).
+catalog's action (79, fallen off the bus: restart the machine, then support);
+the driver's "fallen off the bus" line without an Xid prefix is the same XID.
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
+
+import pytest
 
 from streams.settings import Settings
 from streams.sources.simulator import ClusterConfig, replay
@@ -20,10 +23,19 @@ LINE = (
     "[ 8123.456789] NVRM: Xid (PCI:0000:3b:00): 79, pid=2231, name=python, "
     "GPU has fallen off the bus."
 )
+# no Xid prefix, and a bus id the simulated dcgm-exporter reports (GPU 1's, pci_bus_id label)
+FALLEN_OFF = "[ 8123.456789] NVRM: GPU at PCI:0000:43:00: GPU has fallen off the bus."
 
 
+@pytest.mark.parametrize(
+    ("line", "gpu"),
+    [
+        (LINE, "0000:3b:00.0"),  # a bus id no frame named: the alert names the bus id
+        (FALLEN_OFF, "1"),  # the frames' pci_bus_id map puts it on DCGM's GPU index
+    ],
+)
 async def test_a_kernel_xid_line_pages_with_its_action(
-    kafka_bootstrap: str, alertmanager_url: str, tmp_path: Path
+    kafka_bootstrap: str, alertmanager_url: str, tmp_path: Path, line: str, gpu: str
 ) -> None:
     deployment = Deployment.new(kafka_bootstrap, alertmanager_url, tmp_path)
     now_ms = int(time.time() * 1000)
@@ -35,7 +47,7 @@ async def test_a_kernel_xid_line_pages_with_its_action(
     with deployment.ingest(), deployment.worker():
         await replay(deployment.write_url, config, end_ms=start + 10 * BUCKET_MS)
         sent = await ship_xid_lines(
-            ["kernel noise that is not an XID", LINE], settings, "gpu070", deployment.job
+            ["kernel noise that is not an XID", line], settings, "gpu070", deployment.job
         )
         assert sent == 1
         # the next buckets close and carry the log XID with them
@@ -52,6 +64,6 @@ async def test_a_kernel_xid_line_pages_with_its_action(
 
         (alert,) = await wait_for(xid_alert, 60, "the XID alert")
     assert alert["labels"]["node"] == "gpu070"
-    assert alert["labels"]["gpu"] == "0000:3b:00.0"
+    assert alert["labels"]["gpu"] == gpu
     assert alert["labels"]["severity"] == "critical"
     assert alert["annotations"]["action"] in {"RESTART_BM", "CONTACT_SUPPORT"}

@@ -174,3 +174,85 @@ def test_a_log_xid_needs_its_node() -> None:
     health = NodeHealth(load_xid_catalog("report"), GpuHealthParams())
     with pytest.raises(ValueError):
         health.add_log_xid("g", XidEvent(79, "log"))
+
+
+# --- one XID seen twice: in the kernel log (by PCI bus id) and in DCGM (by GPU index) ----------
+
+BUS_IDS = {"0": "00000000:1B:00.0", "1": "00000000:3B:00.0"}  # dcgm-exporter's pci_bus_id
+KERNEL = (
+    "[ 8123.4] NVRM: Xid (PCI:0000:3b:00): 79, pid=2231, name=python, GPU has fallen off the bus."
+)
+FALLEN = "[ 8123.4] NVRM: GPU at PCI:0000:3b:00: GPU has fallen off the bus."
+
+
+def dcgm_frames(builder, ts: int, xid_gpu1: float) -> list:  # type: ignore[no-untyped-def]
+    """One scrape of dcgm-exporter's XID gauge on n01's two GPUs, through the frame builder."""
+    from streams.ingest.series import Series
+
+    series = [
+        Series(
+            {"__name__": "DCGM_FI_DEV_XID_ERRORS", "instance": "n01:9400", "cluster": "job-a",
+             "gpu": gpu, "pci_bus_id": pci},
+            [(ts + 5_000, xid_gpu1 if gpu == "1" else 0.0)],
+        )
+        for gpu, pci in BUS_IDS.items()
+    ]  # fmt: skip
+    builder.add(series)
+    return builder.flush_all()
+
+
+def run_xid_twice(catalog, line: str, log_bucket: int, gauge_bucket: int):  # type: ignore[no-untyped-def]
+    from streams.ingest.frames import FrameBuilder
+
+    builder = FrameBuilder(DEFAULT_FEATURES)
+    p = pipeline(catalog)
+    changes = []
+    for i in range(6):
+        ts = T0 + i * B
+        if i == log_bucket:
+            event = parse_kernel_line(line)
+            assert event is not None
+            p.add_log_xid(
+                "job-a", event.with_origin(node="n01", gpu="0000:3b:00.0", ts_ms=ts + 9_000)
+            )
+        for frame in dcgm_frames(builder, ts, 79.0 if i >= gauge_bucket else 0.0):
+            p.add(frame.group, frame.node, frame.ts, frame.values, frame.gpus, ts / 1000)
+        changes += [c for s in p.due("job-a", ts / 1000 + 60) for c in s.changes]
+    return [(c.alertname, c.node, c.status, dict(c.labels)["gpu"]) for c in changes]
+
+
+def test_frames_carry_the_pci_bus_id_of_each_gpu() -> None:
+    from streams.ingest.frames import FrameBuilder
+
+    (frame,) = dcgm_frames(FrameBuilder(DEFAULT_FEATURES), T0, 0.0)
+    assert {k: v for k, v in frame.gpus.items() if k.startswith("pci_bus_id@")} == {
+        f"pci_bus_id@{g}": pci for g, pci in BUS_IDS.items()
+    }
+
+
+@pytest.mark.parametrize(("log_bucket", "gauge_bucket"), [(3, 3), (3, 4), (4, 3)])
+@pytest.mark.parametrize("line", [KERNEL, FALLEN])
+def test_a_kernel_line_and_the_dcgm_gauge_of_one_xid_are_one_alert(
+    catalog, line: str, log_bucket: int, gauge_bucket: int
+) -> None:  # type: ignore[no-untyped-def]
+    """Same XID, same GPU, same or adjacent bucket: one PeerwatchXid, on the GPU's index."""
+    assert run_xid_twice(catalog, line, log_bucket, gauge_bucket) == [
+        (XID_ALERT, "n01", "firing", "1")
+    ]
+
+
+def test_the_pci_map_survives_a_restore(catalog) -> None:  # type: ignore[no-untyped-def]
+    from streams.ingest.frames import FrameBuilder
+
+    p = pipeline(catalog)
+    for frame in dcgm_frames(FrameBuilder(DEFAULT_FEATURES), T0, 0.0):
+        p.add(frame.group, frame.node, frame.ts, frame.values, frame.gpus, T0 / 1000)
+    p.due("job-a", T0 / 1000 + 60)
+    q = pipeline(catalog)
+    q.restore("job-a", json.loads(json.dumps(p.snapshot("job-a"))))
+    event = parse_kernel_line(KERNEL)
+    assert event is not None
+    q.add_log_xid("job-a", event.with_origin(node="n01", gpu="0000:3b:00.0", ts_ms=T0 + B))
+    q.add("job-a", "n01", T0 + B, {"xid_last@0": 0.0, "xid_last@1": 79.0}, {}, T0 / 1000 + 30)
+    (change,) = [c for s in q.due("job-a", T0 / 1000 + 90) for c in s.changes]
+    assert dict(change.labels)["gpu"] == "1"

@@ -137,7 +137,9 @@ GARBAGE = [
     "   ",
     "hello world",
     "NVRM: GPU at PCI:0000:3b:00: GPU-0b11d014-1685-04bd-26ed-5fc0bc1c44ae",
-    "NVRM: GPU 0000:2b:00.0: GPU has fallen off the bus.",  # not an Xid line
+    "NVRM: system has fallen off the bus and is not responding to commands.",  # no bus id
+    "NVRM: GPU at PCI:0000:3b:00: GPU-0b11d014 (fallen off the bus earlier)",  # a header
+    "nvidia-smi: GPU 0000:3b:00.0 has fallen off the bus",  # not the driver
     "NVRM: Xid (43, pid: 5678): ROBUST_CHANNEL_RESETCHANNEL_VERIF_ERROR",  # no bus id
     "NVRM: Xid (PCI:0000:3b:00): abc, pid=1",
     "NVRM: Xid (PCI:0000:3b:00): 0, pid=1, name=x, zero is not an XID",
@@ -149,6 +151,36 @@ GARBAGE = [
     "nvrm: xid (pci:0000:3b:00): 79",  # the driver never writes it this way
     "\x00\x01\x02 NVRM: Xid (PCI:\x00",
 ]
+
+
+FALLEN_OFF = [
+    # the driver's own words, without an ``Xid`` prefix: the XID 79 event
+    ("NVRM: GPU at PCI:0000:3b:00: GPU has fallen off the bus.", "0000:3b:00.0"),
+    ("[  613.42] NVRM: GPU 0000:2b:00.0: GPU has fallen off the bus.", "0000:2b:00.0"),
+    ("Oct 30 09:49:36 pc kernel: NVRM: GPU at PCI:0000:17:00.0 has fallen off the bus.",
+     "0000:17:00.0"),
+    ("NVRM: The NVIDIA GPU 0000:0e:00.0 (PCI ID: 10de:1b06) installed in this system has "
+     "fallen off the bus and is not responding to commands.", "0000:0e:00.0"),
+    ("NVRM: GPU at 00000000:C1:00.0 has fallen off the bus.", "0000:c1:00.0"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("line", "pci"), FALLEN_OFF)
+def test_a_fallen_off_the_bus_line_without_xid_prefix_is_xid_79(line, pci):
+    event = parse_kernel_line(line)
+    assert event is not None
+    assert (event.xid, event.pci_bus_id, event.source, event.raw) == (79, pci, "log", line)
+
+
+def test_the_xid_line_and_its_fallen_off_companion_name_the_same_gpu():
+    """The driver prints both for one fault: same XID, same bus id, so one incident."""
+    xid = parse_kernel_line(
+        "NVRM: Xid (PCI:0000:03:00): 79, pid='<unknown>', name=<unknown>, "
+        "GPU has fallen off the bus."
+    )
+    companion = parse_kernel_line("NVRM: GPU 0000:03:00.0: GPU has fallen off the bus.")
+    assert xid is not None and companion is not None
+    assert (xid.xid, xid.pci_bus_id) == (companion.xid, companion.pci_bus_id)
 
 
 @pytest.mark.parametrize("line", GARBAGE)
@@ -163,7 +195,8 @@ def test_parse_kernel_line_returns_none_for_non_text(not_text):
 
 _FRAGMENTS = st.sampled_from(
     ["NVRM: Xid (", "PCI:", "0000:3b:00", "00000000:", "): ", "79", "145", "154", ", ", "pid=",
-     "'<unknown>'", "name=", "Fatal", "Nonfatal", " (0x", "ffffffff ", ")", "to 0x2 (", "\n", "::"]
+     "'<unknown>'", "name=", "Fatal", "Nonfatal", " (0x", "ffffffff ", ")", "to 0x2 (", "\n", "::",
+     "NVRM: GPU ", "at ", "The NVIDIA GPU ", " (PCI ID: 10de:2330)", " has fallen off the bus"]
 )  # fmt: skip
 
 
