@@ -104,3 +104,30 @@ def test_eleven_reporting_seeds_cover_thirty_group_days() -> None:
     assert node_days / 60 >= 30, "11 reporting seeds cover at least 30 group-days"
     assert len(REPORTING_SEEDS) >= 11 and not set(REPORTING_SEEDS) & set(TUNING_SEEDS)
     assert all(name in SCENARIOS for name in FLEET)
+
+
+@pytest.mark.parametrize(
+    ("name", "layout", "replicas", "role", "vanishes"),
+    [
+        ("fleet-week", "none", False, None, False),
+        ("fleet-week-gpu-labels", "dcgm", False, None, False),
+        ("fleet-week-ha-pair", "none", True, None, False),
+        ("fleet-week-roles", "all", False, "pipeline_stage", False),
+        ("fleet-week-vanishing-label", None, False, None, True),
+    ],
+)
+def test_the_acceptance_weeks_hold_three_xid_fail_stops_in_issue_8s_cluster(
+    name: str, layout: str | None, replicas: bool, role: str | None, vanishes: bool
+) -> None:
+    sc = get_scenario(name)
+    assert sc.duration_s == 7 * 86_400 and name not in FLEET
+    for seed in REPORTING_SEEDS[:3]:
+        config = sc.config_for(seed)
+        assert (config.job_nodes, config.spares, config.scrape_offsets) == (60, 3, "spread")
+        assert config.first_save_s is not None and config.first_save_s <= 60
+        assert layout is None or config.job_label_layout == layout
+        assert bool(config.replicas) == replicas and config.role_label == role
+        assert config.job_label_vanishes_at_xid == vanishes
+        faults = [r for r in sc.ground_truth(seed) if r.is_fault]
+        days = sorted((r.xid_ms - config.start_ms) // 86_400_000 for r in faults)
+        assert days == [1, 3, 5]

@@ -711,7 +711,7 @@ def test_the_registry_lists_every_scenario_of_issue_5_with_its_tags() -> None:
 def test_every_scenario_builds_and_labels_its_faults(name: str) -> None:
     sc = get_scenario(name)
     config = sc.config_for(TUNING_SEEDS[0])
-    families = FLEET_FAMILIES if "real-fleet" in sc.tags else ALL_FAMILIES
+    families = FLEET_FAMILIES if name.startswith("fleet-") else ALL_FAMILIES
     assert config.job_nodes == sc.job_nodes and config.metric_families == families
     rows = sc.ground_truth(TUNING_SEEDS[0])
     end = config.start_ms + sc.duration_ms
@@ -762,7 +762,8 @@ def test_tuning_and_reporting_seeds_are_disjoint() -> None:
 
 def test_the_default_suite_fits_the_evaluation_budget() -> None:
     suite = default_suite()
-    opt_in = {"fault-mix", *scenario_names("real-fleet")}
+    weeks = {name for name in SCENARIOS if name.startswith("fleet-week")}
+    opt_in = {"fault-mix", *scenario_names("real-fleet"), *weeks}
     assert {sc.name for sc in suite} == set(SCENARIOS) - opt_in
     rounds_total = suite_rounds(suite, DEFAULT_SEEDS)
     # every 63-host round is generated and scored in-process: keep the suite to ~10 K rounds

@@ -30,7 +30,9 @@ __all__ = [
     "JOB_LABELS",
     "LAYOUTS",
     "QUIET_FLEET_DAYS",
+    "WEEK_VARIANTS",
     "checkpoint_cadence",
+    "fleet_week",
     "fleet_xid",
     "fleet_xid_vanishing_label",
     "ha_pair",
@@ -135,8 +137,10 @@ def _everything(
     return replace(cfg, replicas=REPLICAS if ha and pair else ())
 
 
-def _xid_fault(rng: np.random.Generator, cfg: ClusterConfig) -> Fault:
-    at = cfg.start_ms + int(rng.uniform(20, 35) * 60_000)
+def _xid_fault(
+    rng: np.random.Generator, cfg: ClusterConfig, lo_min: float = 20, hi_min: float = 35
+) -> Fault:
+    at = cfg.start_ms + int(rng.uniform(lo_min, hi_min) * 60_000)
     node = cfg.job_hosts[int(rng.integers(len(cfg.job_hosts)))]
     gpu = int(rng.integers(cfg.gpus_per_node))
     if rng.random() < 0.5:
@@ -166,3 +170,40 @@ def quiet_fleet(rng: np.random.Generator, base: ClusterConfig) -> ClusterConfig:
         for k in range(QUIET_FLEET_DAYS * 2)
     )
     return replace(cfg, faults=(*cfg.faults, *restarts))
+
+
+# --- the issue's acceptance world: a week ------------------------------------------------------
+
+WEEK_DAYS = 7
+WEEK_VARIANTS = ("default", "gpu-labels", "ha-pair", "roles", "vanishing-label")
+
+
+def fleet_week(variant: str):
+    """A week of issue 8's cluster (60 + 3 spares, spread offsets with 100-500 ms of jitter,
+    saves from the first minute) with three XID fail-stops, in one of ``WEEK_VARIANTS``:
+    no job label (default settings), a GPU-only ``hpc_job``, an HA pair, role labels on
+    ``train_job``, or a job label that vanishes in the XID's scrape."""
+    if variant not in WEEK_VARIANTS:
+        raise ValueError(f"unknown week variant {variant!r}; known: {', '.join(WEEK_VARIANTS)}")
+
+    def build(rng: np.random.Generator, base: ClusterConfig) -> ClusterConfig:
+        cfg = _timing(rng, replace(plain_fleet(base), spares=3))
+        cadence = replace(_cadence(rng, cfg), first_save_s=float(rng.uniform(0, MINUTE_S)))
+        cfg = _restart_load(rng, cadence)
+        if variant == "gpu-labels":
+            cfg = replace(cfg, job_label="hpc_job", job_label_on="dcgm")
+        elif variant == "ha-pair":
+            cfg = replace(cfg, replicas=REPLICAS)
+        elif variant == "roles":
+            cfg = replace(cfg, job_label="train_job", role_label=ROLE_LABEL)
+        elif variant == "vanishing-label":
+            label = JOB_LABELS[int(rng.integers(len(JOB_LABELS)))]
+            layout = ("all", "dcgm")[int(rng.integers(2))]
+            cfg = replace(cfg, job_label=label, job_label_on=layout, job_label_vanishes_at_xid=True)
+        day_min = 24 * 60
+        faults = tuple(
+            _xid_fault(rng, cfg, (d + 0.3) * day_min, (d + 0.7) * day_min) for d in (1, 3, 5)
+        )
+        return replace(cfg, faults=(*cfg.faults, *faults))
+
+    return build

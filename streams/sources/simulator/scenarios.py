@@ -611,6 +611,14 @@ def _real_fleet() -> list[Scenario]:
            stop, 1.5, real_fleet.fleet_xid),
         sc("fleet-xid-vanishing-label", "The same with the job label (every series or dcgm only) "
            "gone from the XID's scrape on.", stop, 1.5, real_fleet.fleet_xid_vanishing_label),
+        *(
+            Scenario(f"fleet-week-{v}" if v != "default" else "fleet-week",
+                     f"Issue 8's acceptance world ({v}): a week of 60 + 3 spares, spread offsets, "
+                     "saves from the first minute, three XID fail-stops; run by name only.",
+                     frozenset({FAIL_STOP}), 60, real_fleet.WEEK_DAYS * 24 * _H,
+                     real_fleet.fleet_week(v), False, None)
+            for v in real_fleet.WEEK_VARIANTS
+        ),
     ]  # fmt: skip
 
 
