@@ -4,6 +4,8 @@ Topics: ``peerwatch.frames`` (key = group) is consumed by one agent, so a group
 is always handled by one worker, in order. Per-group detector state and window
 membership live in the changelogged table ``group-state`` (co-partitioned with
 the frames topic), so a restarted worker continues with its learned state.
+Open buckets are not saved: a frame is acked only once its bucket is scored
+(``streams.acks``), so a crash re-delivers the frames of open buckets.
 
 Quiet groups: a bucket must close even if no further frame arrives. A 1-s timer
 sends a *tick* (a frame with an empty node) for every group with an overdue
@@ -23,6 +25,7 @@ import faust
 import httpx
 
 from detectors.xid import parse_kernel_line
+from streams.acks import BucketAcks
 from streams.alerting import to_payload, to_record
 from streams.metrics import WorkerMetrics
 from streams.pipeline import Pipeline, Scored
@@ -78,6 +81,14 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
     async def publish(scored: Scored) -> None:
         bucket = scored.bucket
         metrics.buckets.labels(group=bucket.group).inc()
+        # One line per scored bucket: what `peerwatch chaos` counts (scored once/twice/never).
+        log.info(
+            "bucket_scored group=%s bucket=%d nodes=%d expected=%d",
+            bucket.group,
+            bucket.ts,
+            len(bucket.frames),
+            len(bucket.expected),
+        )
         metrics.bucket_nodes.labels(group=bucket.group).set(len(bucket.frames))
         metrics.score_seconds.observe(scored.seconds)
         if scored.result.composition is not None:
@@ -106,9 +117,12 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
             sink.submit(to_payload(c) for c in scored.changes)
             sink.keep_firing(to_payload(a) for a in scored.active)
 
+    held = BucketAcks()  # frames of open buckets: acked once scored (streams.acks)
+
     @app.agent(frames_topic)
     async def score_frames(stream: Any) -> None:
-        async for frame in stream:
+        async for event in stream.noack().events():
+            frame, done = event.value, event
             group = frame.group
             if group not in pipeline.windows and (snap := state_table.get(group)):
                 pipeline.restore(group, snap)
@@ -119,7 +133,10 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
                 log.info("node_left group=%s node=%s", group, frame.node)
             elif frame.node:
                 metrics.frames.inc()
-                if not pipeline.add(group, frame.node, frame.ts, frame.values, frame.gpus, now):
+                if pipeline.add(group, frame.node, frame.ts, frame.values, frame.gpus, now):
+                    held.hold(group, frame.ts, event)
+                    done = None
+                else:
                     metrics.frames_late.labels(group=group).inc()
                     log.debug("frame_late group=%s node=%s ts=%d", group, frame.node, frame.ts)
             scored = pipeline.due(group, now)
@@ -127,6 +144,9 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
                 await publish(item)
             if scored:
                 state_table[group] = pipeline.snapshot(group)
+            held.release(group, pipeline.window(group).closed_upto)
+            if done is not None:
+                done.ack()
 
     xid_topic = app.topic(
         settings.topic_xid, key_type=str, value_type=XidLine, partitions=settings.topic_partitions

@@ -146,8 +146,8 @@ class GroupWindow:
             self.roles.pop(node, None)
 
     # Membership and progress survive a worker restart (kept in a Faust table).
-    # Open buckets live in memory only: a crash loses at most the frames of the
-    # buckets still inside their grace period.
+    # Open buckets are not in the snapshot: the worker acks their frames only once
+    # they close (streams.acks), so after a crash Kafka delivers them again.
     def snapshot(self) -> dict[str, Any]:
         return {
             "closed_upto": self.closed_upto,
