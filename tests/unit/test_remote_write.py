@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import struct
+import time
 
 import cramjam
 import pytest
@@ -259,6 +260,40 @@ def test_label_cache_is_bounded() -> None:
     assert decoder.decode(body) == series
     assert decoder.decode(body) == series
     assert len(decoder._labels) <= 4
+
+
+def distinct_encoded_series(n: int) -> list[bytes]:
+    """``n`` encoded one-sample TimeSeries with distinct ``instance`` labels (digits patched
+    into one encoding: building them as protobuf objects would dominate the test)."""
+    template = rw.WriteRequest().timeseries.add()
+    labels = {"__name__": "node_procs_running", "cluster": "fleet", "instance": "h-@@@@@@@@:9100"}
+    for name, value in sorted(labels.items()):
+        template.labels.add(name=name, value=value)
+    template.samples.add(value=3.0, timestamp=T0)
+    one = template.SerializeToString()
+    return [one.replace(b"@@@@@@@@", b"%08d" % i) for i in range(n)]
+
+
+def test_label_cache_evictions_cost_about_what_insertions_cost() -> None:
+    """Work, not wall time: caching 100,000 new series into a full cache (the oldest go)
+    takes about the CPU of filling it; deleting a dict's first key per insert scanned the
+    slots freed before it (quadratic: 257 s for one 15 MB body of distinct series)."""
+    n = 100_000
+    decoder = WriteRequestDecoder(label_cache_size=n)
+    raws = distinct_encoded_series(2 * n)
+    labels = {"__name__": "node_procs_running"}
+
+    def cpu_to_remember(batch: list[bytes]) -> float:
+        start = time.process_time()
+        for raw in batch:
+            decoder._remember_prefix(raw, labels)
+        return time.process_time() - start
+
+    filling = cpu_to_remember(raws[:n])
+    evicting = cpu_to_remember(raws[n:])
+    assert len(decoder._labels) <= n and raws[-1][:-18] in decoder._labels
+    assert raws[n - 1][:-18] not in decoder._labels  # oldest out first
+    assert evicting < 3 * filling
 
 
 def test_several_samples_per_series_decode_in_order() -> None:
