@@ -25,6 +25,7 @@ class Frame(faust.Record, serializer="json"):
     values: dict[str, float]
     gpus: dict[str, str] = {}
     left: bool = False  # departure notice: the node is no longer in this group
+    role: str | None = None  # the node's role in its group (a ``role_labels`` value)
 
 
 class AlertRecord(faust.Record, serializer="json"):

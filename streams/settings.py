@@ -32,6 +32,16 @@ class Settings(BaseSettings):
     # identity of a node and of its peer group, from labels
     node_labels: list[str] = ["instance", "hostname", "Hostname"]
     group_labels: list[str] = ["cluster"]
+    membership_hold_buckets: int = Field(
+        2, ge=0, description="a node keeps its group this many buckets without its label"
+    )
+    role_labels: list[str] = Field([], description="first present names a node's role")
+    # HA Prometheus pairs: one replica per cluster (Cortex / Mimir's HA tracker)
+    replica_labels: list[str] = ["prometheus_replica", "__replica__"]
+    ha_cluster_labels: list[str] = ["cluster"]
+    ha_failover_s: float = Field(
+        60.0, gt=0, description="elect another replica after this long without the elected one"
+    )
     features: list[str] | None = Field(None, description="feature names to use; all if unset")
 
     # time
@@ -46,7 +56,7 @@ class Settings(BaseSettings):
     ingest_port: int = Field(9201, ge=0, le=65535)
     max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024)
     ingest_idle_flush_s: float = Field(
-        10.0, gt=0, description="close a node's bucket after this long without samples"
+        45.0, gt=0, description="close every open bucket after this long without any sample"
     )
     ingest_max_backlog_frames: int = Field(
         200_000, ge=1, description="above this many unsent frames, answer 503"

@@ -13,9 +13,20 @@ wall time only as ``now_s`` arguments. The feature catalog
 - several series of one node (GPUs, mounts) reduce with ``spec.reduce``; for
   max / min the winning series' ``gpu`` label is kept so an alert names the GPU.
 
+A sample's bucket is its scrape's round (``streams.ingest.scrape_phase``): each
+target's phase in the interval is learned, so scrape jitter near a bucket edge
+never empties one bucket and doubles the next. A node's peer group is decided
+per node from any of its series (see ``FrameBuilder``), and is sticky. Replicas
+of an HA Prometheus pair are reduced to one (``streams.ingest.ha``).
+
 Buckets close when the builder's watermark -- the newest sample time seen minus
-``grace_ms`` -- passes their end, or (with wall times given) when nothing updated
-them for ``idle_s``. A sample for a bucket that already closed opens a fresh
+``grace_ms`` -- passes their end. In a continuous stream that is the only way:
+a node's targets are scraped at different offsets (node_exporter at +2 s,
+dcgm-exporter at +25 s), and closing a node's frame because *it* was quiet for
+a while would split it into partials the worker may score before the second
+arrives. Only when the whole stream stops (no ``add`` for ``idle_s`` of wall
+time; give it at least a bucket plus the grace) is everything open closed. A
+sample for a bucket that already closed opens a fresh
 *partial* frame for it; the worker merges frames of one (node, bucket) with
 ``merge_frames``. Only samples whose bucket ended more than ``late_horizon_ms``
 before the watermark are dropped as late.
@@ -49,7 +60,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from detectors.features import DEFAULT_FEATURES, FeatureSpec, per_gpu_key, select_features
+from streams.ingest.ha import HaTracker
 from streams.ingest.remote_write import is_stale_marker
+from streams.ingest.scrape_phase import ScrapePhases, ScrapeTarget
 from streams.ingest.series import Series
 
 if TYPE_CHECKING:
@@ -74,6 +87,7 @@ DROP_REASONS = (
     "out_of_order",  # older than the series' newest sample
     "late",  # the bucket ended more than late_horizon_ms before the watermark
     "future",  # more than max_future_ms ahead of now_s (a skewed clock must not move time)
+    "ha_replica",  # from an HA Prometheus replica that is not its cluster's elected one
 )
 
 
@@ -105,6 +119,8 @@ class FrameData:
     # True for a departure notice: the node's series stopped carrying this
     # group (the scheduler moved it out of the job). No values.
     left: bool = False
+    # the node's role inside its group (a ``role_labels`` value on any of its series)
+    role: str | None = None
 
 
 def node_from_instance(instance: str) -> str:
@@ -238,39 +254,56 @@ class _Partial:
     ``__name__``) -> rate.
     """
 
-    __slots__ = ("parts", "updated_s")
+    __slots__ = ("group", "node", "parts")
 
-    def __init__(self, slots: int) -> None:
+    def __init__(self, slots: int, group: str, node: _Node) -> None:
         self.parts: list[dict[SeriesKey, Any]] = [{} for _ in range(slots)]
-        self.updated_s: float | None = None
+        self.group = group  # decided per node and bucket: a move in the bucket moves it
+        self.node = node
 
 
-class _Target:
-    """One (group, node) frame key, and the partial its samples went to last in this ``add``.
+class _Node:
+    """A node's membership, and the partial its samples went to last in this ``add``.
 
-    Series of one node arrive together and nearly always into one bucket, so the
-    builder looks the open partial up once per node and call, not once per sample.
+    ``group`` came from the label at ``rank`` in ``group_labels`` (``rank`` is
+    ``len(group_labels)`` while the node is in no group); ``held`` is the newest
+    bucket in which one of its series carried that label, ``since`` the bucket
+    it joined in. Series of one node arrive together and nearly always into one
+    bucket, so the open partial is looked up once per node and call.
     """
 
-    __slots__ = ("bucket", "call", "group", "key", "node", "parts")
+    __slots__ = (
+        "bucket",
+        "call",
+        "group",
+        "held",
+        "name",
+        "parts",
+        "rank",
+        "role",
+        "since",
+    )
 
-    def __init__(self, group: str | None, node: str) -> None:
-        self.group = group
-        self.node = node
-        # the frame key; never used while group is None (those samples drop as no_group)
-        self.key = cast("tuple[str, str]", (group, node))
+    def __init__(self, name: str, rank: int) -> None:
+        self.name = name
+        self.group: str | None = None
+        self.rank = rank
+        self.held = self.since = -(1 << 62)
+        self.role: str | None = None
         self.call = -1  # the ``add`` call that filled ``bucket`` / ``parts``
         self.bucket = 0
         self.parts: list[dict[SeriesKey, Any]] = []
 
 
 # What ``FrameBuilder`` resolves once per label dict (``_label_memo``): the dict itself
-# (to pin its id), the target (None: unknown metric or no node; then ``key`` says which
+# (to pin its id), the node (None: unknown metric or no node; then ``key`` says which
 # drop), the series key, its ``gpu`` label, the slots it writes to -- values (gauges),
-# rates (counters), ratio numerators, ratio denominators -- and its pair key.
+# rates (counters), ratio numerators, ratio denominators -- its pair key, its scrape
+# target, the rank and value of its group label (rank ``len(group_labels)``: none),
+# its role label's value, and its HA (cluster, replica) or None.
 _Resolved = tuple[
     Mapping[str, str],
-    _Target | None,
+    _Node | None,
     SeriesKey,
     str | None,
     tuple[int, ...],
@@ -278,8 +311,14 @@ _Resolved = tuple[
     tuple[int, ...],
     tuple[int, ...],
     SeriesKey,
+    ScrapeTarget,
+    int,
+    str | None,
+    str | None,
+    tuple[str, str] | None,
 ]
 _NO_SLOTS: tuple[int, ...] = ()
+_NO_SCRAPE = ScrapeTarget()  # the scrape target of series that add nothing
 _Slots = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]
 
 
@@ -292,12 +331,25 @@ class FrameBuilder:
     (its next sample counts as a first sample), and closed-frame contributions
     kept for reopening are dropped once the bucket is behind the late horizon.
 
+    Membership is per node: exporters label unevenly (dcgm-exporter puts a
+    scheduler's ``hpc_job`` on GPU series only, node_exporter carries none), so
+    the highest-priority ``group_labels`` label seen on *any* of a node's series
+    names its group, and series without one inherit it. It is sticky: the node
+    leaves (a ``left`` frame for the old group) only when none of its series
+    carried the group's label for ``membership_hold_buckets`` buckets -- the XID
+    in the scrape where the dying job's label vanished still belongs to that job
+    -- or at once when a series names another job (or a higher-priority label
+    shows). A move inside a bucket moves the node's whole frame of that bucket.
+    A series without a group label for a node in no group drops as ``no_group``.
+    ``role_labels`` work alike: the last role any series named sticks to the node.
+
     ``add`` is the ingest's hot path (design target: >= 350,000 samples/s on one
-    core). Everything a label dict implies -- its uses, node, group, series key,
-    GPU and the contribution slots it writes -- is resolved once per dict (the
-    decoders and the simulator hand out the same dict for a series every time),
-    and the open partial once per node and call; a sample then costs a state
-    lookup, a rate and a dict store per use.
+    core). Everything a label dict implies -- its uses, node, group label, scrape
+    target, series key, GPU and the contribution slots it writes -- is resolved
+    once per dict (the decoders and the simulator hand out the same dict for a
+    series every time), membership and phase once per series, and the open
+    partial once per node and call; a sample then costs a state lookup, a rate
+    and a dict store per use.
     """
 
     def __init__(
@@ -311,6 +363,11 @@ class FrameBuilder:
         late_horizon_ms: int = 600_000,
         series_ttl_ms: int = 600_000,
         max_future_ms: int = 300_000,
+        membership_hold_buckets: int = 2,
+        role_labels: Sequence[str] = (),
+        replica_labels: Sequence[str] = ("prometheus_replica", "__replica__"),
+        ha_cluster_labels: Sequence[str] = ("cluster",),
+        ha_failover_ms: int = 60_000,
     ) -> None:
         if not features:
             raise ValueError("a frame builder needs at least one feature")
@@ -325,6 +382,8 @@ class FrameBuilder:
             raise ValueError(
                 "grace_ms, late_horizon_ms, max_future_ms must be >= 0 and series_ttl_ms > 0"
             )
+        if membership_hold_buckets < 0:
+            raise ValueError("membership_hold_buckets must be >= 0")
         self.features = tuple(features)
         self.node_labels = tuple(node_labels)
         self.group_labels = tuple(group_labels)
@@ -333,6 +392,13 @@ class FrameBuilder:
         self.late_horizon_ms = late_horizon_ms
         self.series_ttl_ms = series_ttl_ms
         self.max_future_ms = max_future_ms
+        self.membership_hold_buckets = membership_hold_buckets
+        self.role_labels = tuple(role_labels)
+        self.replica_labels = frozenset(replica_labels)
+        self.ha_cluster_labels = tuple(ha_cluster_labels)
+        self.phases = ScrapePhases(bucket_ms)
+        self.ha = HaTracker(ha_failover_ms)
+        self._no_group_rank = len(self.group_labels)
 
         # Contribution slots: feature i's values (or its ratio's numerators) in slot i,
         # the denominators of the k-th ``per`` feature in slot len(features) + k.
@@ -377,18 +443,19 @@ class FrameBuilder:
         }
 
         self._series: dict[SeriesKey, list] = {}  # series key -> [last_ts, last value or None]
-        self._open: dict[int, dict[tuple[str, str], _Partial]] = {}  # bucket -> frames
-        # closed frames' sum / ratio slots (slot, contributions), kept for reopening
-        self._closed: dict[int, dict[tuple[str, str], list[tuple[int, dict]]]] = {}
+        self._open: dict[int, dict[str, _Partial]] = {}  # bucket -> node -> open frame
+        # closed frames' group and sum / ratio slots [(slot, contributions)], kept for reopening
+        self._closed: dict[int, dict[str, tuple[str, list[tuple[int, dict]]]]] = {}
         self._max_ts: int | None = None
         self._last_sweep_ts: int | None = None
-        # node -> the group its series last carried (None: in no group), to tell
-        # "left the job" from "went silent"; bounded by the number of nodes
-        self._group_of_node: dict[str, str | None] = {}
+        # node name -> membership; scrape target -> phase. Both forgotten after
+        # series_ttl_ms without a sample (issue 9: 1 M distinct nodes must not pile up).
+        self._nodes: dict[str, _Node] = {}
+        self._scrapes: dict[tuple[str, ...], ScrapeTarget] = {}
         # id(labels) -> _Resolved; holds the dicts so their ids stay unique while memoised
         self._label_memo: dict[int, _Resolved] = {}
         self.label_memo_size = 1_000_000
-        self._targets: dict[tuple[str | None, str], _Target] = {}
+        self._last_add_s: float | None = None  # wall time of the last ``add`` that gave one
         self._keys: dict[tuple[tuple[str, str], ...], SeriesKey] = {}  # sorted labels -> key
         self._calls = 0
         self._departures: list[FrameData] = []
@@ -418,6 +485,10 @@ class FrameBuilder:
         return len(self._series)
 
     @property
+    def tracked_nodes(self) -> int:
+        return len(self._nodes)
+
+    @property
     def open_frames(self) -> int:
         return sum(len(frames) for frames in self._open.values())
 
@@ -434,36 +505,40 @@ class FrameBuilder:
                 return node_from_instance(value) if name == "instance" else value
         return None
 
-    def group_of(self, labels: Mapping[str, str]) -> str | None:
-        for name in self.group_labels:
+    def group_label(self, labels: Mapping[str, str]) -> tuple[int, str | None]:
+        """(rank in ``group_labels``, value) of the first group label present, else
+        (``len(group_labels)``, None)."""
+        for rank, name in enumerate(self.group_labels):
             value = labels.get(name)
             if value:
-                return value
-        return None
+                return rank, value
+        return self._no_group_rank, None
 
     # --- adding samples -------------------------------------------------------------------------
 
     def add(self, series: Iterable[Series], now_s: float | None = None) -> AddStats:
-        """Account every sample; ``now_s`` (wall clock) stamps touched frames for idle closing."""
+        """Account every sample; ``now_s`` (wall clock) marks the stream alive for idle closing."""
         # This runs for every sample: locals instead of attribute lookups, and the
-        # rare outcomes (drops, stale markers, a node changing group) off the main line.
+        # rare outcomes (drops, stale markers, a node changing group, a target off
+        # its phase, HA replicas) off the main line.
         stats = AddStats()
         accepted = unknown = 0
         self._calls += 1
         call = self._calls
+        if now_s is not None:
+            self._last_add_s = now_s
         memo_get = self._label_memo.get
         series_state = self._series
         state_of = series_state.get
-        group_of_node = self._group_of_node
-        group_now = group_of_node.get
         isfinite = math.isfinite
         bucket_ms = self.bucket_ms
+        phases = self.phases
+        hold_ms = self.membership_hold_buckets * bucket_ms
         future_limit = math.inf if now_s is None else int(now_s * 1000) + self.max_future_ms
         # a sample is late if bucket + bucket_ms <= max_ts - grace_ms - late_horizon_ms
         late_lag = self.grace_ms + self.late_horizon_ms + bucket_ms
         max_ts: float = -math.inf if self._max_ts is None else self._max_ts
         latest_late_bucket = max_ts - late_lag
-        last_target = None
         for s in series:
             labels = s.labels
             samples = s.samples
@@ -472,24 +547,49 @@ class FrameBuilder:
             seen = memo_get(id(labels))
             if seen is None or seen[0] is not labels:
                 seen = self._resolve(labels)
-            _, target, key, gpu, value_slots, rate_slots, num_slots, den_slots, pair = seen
-            if target is None:  # then key is the drop reason, "" for unknown_metric
+            (
+                _,
+                node,
+                key,
+                gpu,
+                value_slots,
+                rate_slots,
+                num_slots,
+                den_slots,
+                pair,
+                scrape,
+                rank,
+                group_value,
+                role,
+                ha,
+            ) = seen
+            if node is None:  # then key is the drop reason, "" for unknown_metric
                 if key:
                     stats.drop(cast(str, key), len(samples))
                 else:
                     unknown += len(samples)
                 continue
-            if target is not last_target:
-                # (the previous series had this target: its node's group is already set)
-                node, group = target.node, target.group
-                if group_now(node, group) != group and samples:
-                    self._depart(node, group, samples[0][0])
-                group_of_node[node] = group
-                last_target = target
-                if group is None:
-                    stats.drop("no_group", len(samples))
-                    continue
-            elif target.group is None:
+            if not samples:
+                continue
+            ts0 = samples[0][0]
+            if ha is not None and not self.ha.accepts(ha[0], ha[1], samples[-1][0]):
+                stats.drop("ha_replica", len(samples))
+                continue
+            # the round of the series' first sample (a scrape's series share its
+            # timestamp: one comparison), then membership
+            bucket0 = scrape.bucket if scrape.lo <= ts0 <= scrape.hi else phases.bucket(scrape, ts0)
+            node_rank = node.rank
+            if rank == node_rank:
+                if group_value != node.group:
+                    self._move(node, rank, group_value, bucket0)  # another job: at once
+                elif bucket0 > node.held:
+                    node.held = bucket0
+            elif rank < node_rank or bucket0 - node.held > hold_ms:
+                # a label that outranks the node's, or the node's label not seen for the hold
+                self._move(node, rank, group_value, bucket0)
+            if role is not None and role != node.role:
+                node.role = role
+            if node.group is None:
                 stats.drop("no_group", len(samples))
                 continue
             state = state_of(key)
@@ -514,7 +614,12 @@ class FrameBuilder:
                 if state is not None and ts <= state[0]:
                     stats.drop("duplicate" if ts == state[0] else "out_of_order")
                     continue
-                bucket = ts - ts % bucket_ms
+                if ts == ts0:
+                    bucket = bucket0
+                elif scrape.lo <= ts <= scrape.hi:
+                    bucket = scrape.bucket
+                else:
+                    bucket = phases.bucket(scrape, ts)
                 if bucket <= latest_late_bucket:
                     stats.drop("late")
                     continue
@@ -534,10 +639,10 @@ class FrameBuilder:
                     latest_late_bucket = ts - late_lag
                 accepted += 1
 
-                if target.call == call and target.bucket == bucket:
-                    parts = target.parts
+                if node.call == call and node.bucket == bucket:
+                    parts = node.parts
                 else:
-                    parts = self._parts_for(target, bucket, call, now_s)
+                    parts = self._parts_for(node, bucket, call)
                 if value_slots:
                     item = (value, gpu)
                     for slot in value_slots:
@@ -562,7 +667,6 @@ class FrameBuilder:
         memo = self._label_memo
         if len(memo) >= self.label_memo_size:
             memo.clear()
-            self._targets.clear()
             self._pci_of.clear()
         name = labels.get("__name__", "")
         uses = self._uses.get(name)
@@ -572,17 +676,43 @@ class FrameBuilder:
         else:
             slots = self._slots_by_name.get(name)
         resolved: _Resolved
-        node = self.node_of(labels) if slots else None
-        if slots is None or node is None:
+        node_name = self.node_of(labels) if slots else None
+        if slots is None or node_name is None:
             # nothing to add; the key field names the drop ("": unknown_metric, counted per call)
             drop = "no_node" if slots else ""
-            resolved = (labels, None, drop, None, _NO_SLOTS, _NO_SLOTS, _NO_SLOTS, _NO_SLOTS, "")
+            resolved = (
+                labels, None, drop, None, _NO_SLOTS, _NO_SLOTS, _NO_SLOTS, _NO_SLOTS, "",
+                _NO_SCRAPE, 0, None, None, None,
+            )  # fmt: skip
         else:
-            group = self.group_of(labels)
-            target = self._targets.get((group, node))
-            if target is None:
-                target = self._targets[(group, node)] = _Target(group, node)
-            items = tuple(sorted(labels.items()))
+            node = self._nodes.get(node_name)
+            if node is None:
+                node = self._nodes[node_name] = _Node(node_name, self._no_group_rank)
+            rank, group_value = self.group_label(labels)
+            replica = None
+            for k in self.replica_labels:
+                replica = labels.get(k)
+                if replica:
+                    break
+            ha: tuple[str, str] | None = None
+            if replica:
+                cluster = "\x00".join(labels.get(k, "") for k in self.ha_cluster_labels)
+                ha = (cluster, replica)
+                # the replicas' copies of a series are one series
+                replicas = self.replica_labels
+                items = tuple(sorted(kv for kv in labels.items() if kv[0] not in replicas))
+            else:
+                replica = ""
+                items = tuple(sorted(labels.items()))
+            scrape_key = (labels.get("instance") or node_name, labels.get("job", ""), replica)
+            scrape = self._scrapes.get(scrape_key)
+            if scrape is None:
+                scrape = self._scrapes[scrape_key] = ScrapeTarget(node_name)
+            role = None
+            for k in self.role_labels:
+                role = labels.get(k)
+                if role:
+                    break
             # equal label sets in new dicts (a decoder's cache turning over) need no new key
             key = self._keys.get(items)
             if key is None:
@@ -593,8 +723,11 @@ class FrameBuilder:
             pair = _series_key([kv for kv in items if kv[0] != "__name__"]) if nums or dens else ""
             gpu, pci = labels.get("gpu"), labels.get("pci_bus_id")
             if gpu and pci:
-                self._pci_of.setdefault(node, {})[per_gpu_key("pci_bus_id", gpu)] = pci
-            resolved = (labels, target, key, gpu, values, rates, nums, dens, pair)
+                self._pci_of.setdefault(node_name, {})[per_gpu_key("pci_bus_id", gpu)] = pci
+            resolved = (
+                labels, node, key, gpu, values, rates, nums, dens, pair,
+                scrape, rank, group_value, role, ha,
+            )  # fmt: skip
         memo[id(labels)] = resolved
         return resolved
 
@@ -613,60 +746,65 @@ class FrameBuilder:
                 dens.append(self._den_slot[use.feature])
         return tuple(values), tuple(rates), tuple(nums), tuple(dens)
 
-    def _parts_for(
-        self, target: _Target, bucket: int, call: int, now_s: float | None
-    ) -> list[dict[SeriesKey, Any]]:
-        """The open partial of (bucket, target) -- reopened from kept contributions, or new --
-        stamped with ``now_s`` and remembered on ``target`` for the rest of this call."""
+    def _parts_for(self, node: _Node, bucket: int, call: int) -> list[dict[SeriesKey, Any]]:
+        """The open partial of (bucket, node) -- reopened from kept contributions, or new --
+        remembered on ``node`` for the rest of this call."""
         frames = self._open.get(bucket)
         if frames is None:
             frames = self._open[bucket] = {}
-        partial = frames.get(target.key)
+        partial = frames.get(node.name)
         if partial is None:
-            partial = _Partial(self._slot_count)
             kept = self._closed.get(bucket)
-            kept_parts = kept.pop(target.key, None) if kept else None
-            if kept_parts:
-                for slot, contributions in kept_parts:
+            kept_frame = kept.pop(node.name, None) if kept else None
+            if kept_frame is None:
+                partial = _Partial(self._slot_count, cast(str, node.group), node)
+            else:  # a reopen stays in the group the frame was closed in
+                partial = _Partial(self._slot_count, kept_frame[0], node)
+                for slot, contributions in kept_frame[1]:
                     partial.parts[slot] = contributions
-            frames[target.key] = partial
-        if now_s is not None:
-            partial.updated_s = now_s
-        target.call, target.bucket, target.parts = call, bucket, partial.parts
+            frames[node.name] = partial
+        node.call, node.bucket, node.parts = call, bucket, partial.parts
         return partial.parts
 
-    def _depart(self, node: str, new_group: str | None, ts: int) -> None:
-        old = self._group_of_node[node]
-        if old is not None:
-            bucket = ts - ts % self.bucket_ms
-            self._departures.append(FrameData(old, node, bucket, {}, {}, left=True))
+    def _move(self, node: _Node, rank: int, group: str | None, bucket: int) -> None:
+        """``node`` is in ``group`` (None: in none) from ``bucket`` on; the old group gets a
+        departure unless the node joined it in this very bucket and its frame moves along."""
+        old = node.group
+        frames = self._open.get(bucket)
+        partial = frames.get(node.name) if frames else None
+        moved = False
+        if partial is not None:
+            if group is None:  # what the bucket holds stays with the group it was sent to
+                pass
+            else:
+                moved = partial.group == old
+                partial.group = group
+        if old is not None and old != group and (node.since < bucket or not moved):
+            self._departures.append(FrameData(old, node.name, bucket, {}, {}, left=True))
+        node.group, node.rank = group, rank
+        node.held = node.since = bucket
 
     # --- closing frames -------------------------------------------------------------------------
 
     def close_due(
         self, watermark_ms: int | None, now_s: float | None = None, idle_s: float | None = None
     ) -> list[FrameData]:
-        """Frames whose bucket ended at or before ``watermark_ms``, plus (given ``now_s`` and
-        ``idle_s``) frames not updated for ``idle_s`` seconds; they are forgotten here.
+        """Frames whose bucket ended at or before ``watermark_ms`` -- and every open frame
+        when (given ``now_s`` and ``idle_s``) no ``add`` came for ``idle_s`` seconds: the
+        stream stopped. They are forgotten here.
 
         Frames that end up with no value (only first counter samples) are not returned.
         """
-        due: list[tuple[int, tuple[str, str], _Partial]] = []
+        stopped = (
+            now_s is not None
+            and idle_s is not None
+            and self._last_add_s is not None
+            and now_s - self._last_add_s >= idle_s
+        )
+        due: list[tuple[int, str, _Partial]] = []
         for bucket in list(self._open):
-            frames = self._open[bucket]
-            if watermark_ms is not None and bucket + self.bucket_ms <= watermark_ms:
-                due.extend((bucket, fk, p) for fk, p in frames.items())
-                del self._open[bucket]
-            elif now_s is not None and idle_s is not None:
-                idle = [
-                    fk
-                    for fk, p in frames.items()
-                    if p.updated_s is not None and now_s - p.updated_s >= idle_s
-                ]
-                for fk in idle:
-                    due.append((bucket, fk, frames.pop(fk)))
-                if not frames:
-                    del self._open[bucket]
+            if stopped or (watermark_ms is not None and bucket + self.bucket_ms <= watermark_ms):
+                due.extend((bucket, name, p) for name, p in self._open.pop(bucket).items())
         out = self._emit(due)
         out.extend(self._departures)
         self._departures.clear()
@@ -681,33 +819,34 @@ class FrameBuilder:
 
     def flush_all(self) -> list[FrameData]:
         """Every open frame (shutdown); the builder keeps its per-series state."""
-        due = [(b, fk, p) for b, frames in self._open.items() for fk, p in frames.items()]
+        due = [(b, name, p) for b, frames in self._open.items() for name, p in frames.items()]
         self._open.clear()
         out = self._emit(due)
         out.extend(self._departures)
         self._departures.clear()
         return out
 
-    def _emit(self, due: list[tuple[int, tuple[str, str], _Partial]]) -> list[FrameData]:
+    def _emit(self, due: list[tuple[int, str, _Partial]]) -> list[FrameData]:
         out: list[FrameData] = []
-        due.sort(key=lambda item: (item[0], item[1]))
+        due.sort(key=lambda item: (item[0], item[2].group, item[1]))
         closed = self._closed
-        for bucket, frame_key, partial in due:
+        for bucket, name, partial in due:
             parts = partial.parts
             values, gpus = self._reduce_partial(parts)
             if values:
-                group, node = frame_key
-                pci = self._pci_of.get(node)
+                pci = self._pci_of.get(name)
                 if pci:
                     gpus.update(pci)
-                out.append(FrameData(group, node, bucket, values, gpus))
+                out.append(
+                    FrameData(partial.group, name, bucket, values, gpus, role=partial.node.role)
+                )
             # keep what a reopened frame needs to emit complete sums and ratios (module doc)
             kept = [(slot, parts[slot]) for slot in self._kept_slots if parts[slot]]
             if kept:
                 frames = closed.get(bucket)
                 if frames is None:
                     frames = closed[bucket] = {}
-                frames[frame_key] = kept
+                frames[name] = (partial.group, kept)
         return out
 
     def _reduce_partial(
@@ -781,6 +920,19 @@ class FrameBuilder:
             stale = [k for k, state in self._series.items() if state[0] < cutoff]
             for k in stale:
                 del self._series[k]
+            quiet = [sk for sk, t in self._scrapes.items() if t.last_ts < cutoff]
+            for sk in quiet:
+                del self._scrapes[sk]
+            # a node lives while one of its scrape targets does
+            live = {t.node for t in self._scrapes.values()}
+            gone = [n for n in self._nodes if n not in live]
+            for n in gone:
+                del self._nodes[n]
+                self._pci_of.pop(n, None)
+            if gone or quiet:
+                # memoised label dicts point at the forgotten objects: resolve afresh
+                self._label_memo.clear()
+            self.ha.forget_before(cutoff)
             self._last_sweep_ts = self._max_ts
 
 
@@ -791,4 +943,9 @@ def frame_builder_for(settings: Settings) -> FrameBuilder:
         node_labels=tuple(settings.node_labels),
         group_labels=tuple(settings.group_labels),
         bucket_ms=settings.bucket_ms,
+        membership_hold_buckets=settings.membership_hold_buckets,
+        role_labels=tuple(settings.role_labels),
+        replica_labels=tuple(settings.replica_labels),
+        ha_cluster_labels=tuple(settings.ha_cluster_labels),
+        ha_failover_ms=int(settings.ha_failover_s * 1000),
     )

@@ -45,6 +45,7 @@ def encode_frame(frame: FrameData) -> bytes:
         values=frame.values,
         gpus=frame.gpus,
         left=frame.left,
+        role=frame.role,
     )
     return record.dumps(serializer="json")
 

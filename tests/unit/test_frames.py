@@ -421,7 +421,7 @@ def test_sample_beyond_the_late_horizon_is_dropped() -> None:
     stats = b.add(
         [
             series("gpu_temp", (T0 + 59 * S, 50)),
-            series("gpu_temp", (T0 + 60 * S, 50), gpu="1"),
+            series("gpu_temp", (T0 + 60 * S, 50), instance="n3"),
         ]
     )
     assert stats.dropped == {"late": 1}

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from detectors.features import DEFAULT_FEATURES
-from streams.ingest.frames import FrameBuilder
+from streams.ingest.frames import FrameBuilder, FrameData
+from streams.ingest.producer import encode_frame
 from streams.ingest.series import Series
+from streams.records import Frame
 from streams.windows import GroupWindow
 
 
@@ -19,13 +23,19 @@ def _builder() -> FrameBuilder:
     return FrameBuilder(DEFAULT_FEATURES, group_labels=("train_job",), grace_ms=0)
 
 
-def test_losing_the_group_label_emits_one_departure_for_the_old_group() -> None:
-    b = _builder()
+@pytest.mark.parametrize(("hold", "departed_at"), [(0, 30_000), (1, 60_000), (2, 90_000)])
+def test_losing_the_group_label_emits_one_departure_after_the_hold(
+    hold: int, departed_at: int
+) -> None:
+    b = FrameBuilder(
+        DEFAULT_FEATURES, group_labels=("train_job",), grace_ms=0, membership_hold_buckets=hold
+    )
     b.add([_procs("n1", 1_000, "job-a")])
-    b.add([_procs("n1", 31_000, None)])
-    b.add([_procs("n1", 61_000, None)])
-    left = [f for f in b.close_due(10**9) if f.left]
-    assert [(f.group, f.node, f.ts) for f in left] == [("job-a", "n1", 30_000)]
+    for k in range(1, 5):
+        b.add([_procs("n1", 1_000 + k * 30_000, None)])
+    frames = b.close_due(10**9)
+    assert [(f.group, f.node, f.ts) for f in frames if f.left] == [("job-a", "n1", departed_at)]
+    assert sorted(f.ts for f in frames if not f.left) == list(range(0, departed_at, 30_000))
 
 
 def test_moving_to_another_group_departs_from_the_first() -> None:
@@ -51,3 +61,171 @@ def test_window_forgets_a_departed_node_so_it_is_not_expected() -> None:
     win.due(now_s=100.0)
     win.leave("n2")
     assert win.expected_at(30_000) == frozenset({"n1"})
+
+
+# --- group membership per node, from any of its series (issue 8 part 1) -------------------------
+
+B = 30_000
+
+
+def _node_round(
+    node: str, k: int, job: str | None, *, xid: float = 0.0, dcgm_job: bool = True
+) -> list[Series]:
+    """Round k of one node: node_exporter at +2 s without any job label, dcgm-exporter at
+    +25 s with ``hpc_job`` on its GPU series (when ``job`` and ``dcgm_job``)."""
+    host = {"cluster": "c"}
+    gpu = {"cluster": "c", "gpu": "0", **({"hpc_job": job} if job and dcgm_job else {})}
+    return [
+        Series(
+            {"__name__": "node_procs_running", "instance": f"{node}:9100", **host},
+            [(k * B + 2_000, 12.0)],
+        ),
+        Series(
+            {"__name__": "DCGM_FI_DEV_GPU_TEMP", "instance": f"{node}:9400", **gpu},
+            [(k * B + 25_000, 60.0)],
+        ),
+        Series(
+            {"__name__": "DCGM_FI_DEV_XID_ERRORS", "instance": f"{node}:9400", **gpu},
+            [(k * B + 25_000, xid)],
+        ),
+    ]
+
+
+def _job_builder(*group_labels: str, **kwargs: object) -> FrameBuilder:
+    return FrameBuilder(DEFAULT_FEATURES, group_labels=group_labels, grace_ms=0, **kwargs)  # type: ignore[arg-type]
+
+
+def _run(b: FrameBuilder, rounds: list[list[Series]]) -> list:
+    out = []
+    for batch in rounds:
+        b.add(batch)
+        out += b.close_due_by_watermark()
+    return out + b.flush_all()
+
+
+@pytest.mark.parametrize("group_labels", [("hpc_job", "cluster"), ("hpc_job",)])
+def test_node_exporter_series_follow_the_job_label_of_the_gpu_series(
+    group_labels: tuple[str, ...],
+) -> None:
+    """Issue 8 part 1: 19 departure frames in 10 rounds before; now none, one group."""
+    frames = _run(_job_builder(*group_labels), [_node_round("n1", k, "job-7") for k in range(10)])
+    assert not [f for f in frames if f.left]
+    assert {f.group for f in frames} == {"job-7"}
+    full = [f for f in frames if {"procs_running", "gpu_temp_c"} <= f.values.keys()]
+    # the first bucket lacks node_exporter's features only without a fallback group label
+    assert len(full) == (10 if "cluster" in group_labels else 9)
+    assert len(frames) == 10
+
+
+def test_first_bucket_moves_whole_from_the_fallback_group_to_the_job() -> None:
+    """node_exporter (cluster only) arrives first, then the GPU series name the job: the
+    node's first frame is the job's, complete, and nothing departs from the cluster."""
+    frames = _run(_job_builder("hpc_job", "cluster"), [_node_round("n1", 0, "job-7")])
+    assert [(f.group, f.left, sorted(f.values)[:2]) for f in frames] == [
+        ("job-7", False, ["gpu_temp_c", "procs_running"])
+    ]
+
+
+def test_an_xid_in_the_scrape_where_the_job_label_vanished_lands_in_the_old_group() -> None:
+    """Issue 8 part 9: the job died of the XID; the epilog removed the label in that scrape."""
+    rounds = [_node_round("n1", k, "job-7") for k in range(5)]
+    rounds.append(_node_round("n1", 5, None, xid=79.0))
+    frames = _run(_job_builder("hpc_job", "cluster"), rounds)
+    (xid_frame,) = [f for f in frames if f.values.get("xid_last@0") == 79.0]
+    assert (xid_frame.group, xid_frame.ts, xid_frame.left) == ("job-7", 5 * B, False)
+
+
+def test_membership_holds_for_the_hold_buckets_then_departs_once() -> None:
+    b = _job_builder("hpc_job", "cluster", membership_hold_buckets=2)
+    rounds = [_node_round("n1", k, "job-7" if k < 3 else None) for k in range(8)]
+    frames = _run(b, rounds)
+    assert [(f.group, f.ts) for f in frames if f.left] == [("job-7", 5 * B)]
+    assert {f.ts: f.group for f in frames if not f.left} == {
+        **{k * B: "job-7" for k in range(5)},
+        **{k * B: "c" for k in range(5, 8)},
+    }
+
+
+def test_a_different_job_label_moves_the_node_at_once() -> None:
+    rounds = [_node_round("n1", k, "job-7" if k < 3 else "job-8") for k in range(5)]
+    frames = _run(_job_builder("hpc_job", "cluster"), rounds)
+    assert [(f.group, f.ts) for f in frames if f.left] == [("job-7", 3 * B)]
+    assert {f.ts: f.group for f in frames if not f.left} == {
+        **{k * B: "job-7" for k in range(3)},
+        **{k * B: "job-8" for k in range(3, 5)},
+    }
+
+
+def test_a_job_label_only_on_gpu_series_joins_a_spare_from_its_cluster() -> None:
+    """A spare (cluster only) taken into a job departs from the cluster when the label shows."""
+    rounds = [_node_round("n1", k, "job-7" if k >= 2 else None) for k in range(4)]
+    frames = _run(_job_builder("hpc_job", "cluster"), rounds)
+    assert [(f.group, f.ts) for f in frames if f.left] == [("c", 2 * B)]
+    assert {f.ts: f.group for f in frames if not f.left} == {
+        0: "c",
+        B: "c",
+        2 * B: "job-7",
+        3 * B: "job-7",
+    }
+
+
+def test_nodes_not_seen_for_the_series_ttl_are_forgotten() -> None:
+    """Issue 9: 1 M distinct nodes took the builder to 5 GB; node state is bounded by the TTL."""
+    b = FrameBuilder(DEFAULT_FEATURES, series_ttl_ms=120_000, grace_ms=0)
+    b.add([_procs(f"old{i}", 1_000, "c") for i in range(1_000)])
+    assert b.tracked_nodes == 1_000
+    for k in range(1, 12):
+        b.add([_procs("n1", 1_000 + k * B, "c")])
+        b.close_due_by_watermark()
+    assert b.tracked_nodes == 1
+
+
+def test_a_forgotten_node_that_comes_back_is_a_new_member() -> None:
+    b = FrameBuilder(DEFAULT_FEATURES, series_ttl_ms=60_000, grace_ms=0)
+    b.add([_procs("n2", 1_000, "c")])
+    for k in range(1, 8):
+        b.add([_procs("n1", 1_000 + k * B, "c")])
+        b.close_due_by_watermark()
+    b.add([_procs("n2", 1_000 + 8 * B, "c")])
+    assert [(f.node, f.ts) for f in b.flush_all() if f.node == "n2"] == [("n2", 8 * B)]
+
+
+# --- roles (issue 8 part 7) ---------------------------------------------------------------------
+
+
+def test_a_role_label_on_any_series_of_a_node_is_carried_on_its_frames_and_sticks() -> None:
+    b = _job_builder("cluster", role_labels=("pipeline_stage",))
+    rounds = []
+    for k in range(3):
+        batch = _node_round("n1", k, None) + _node_round("n2", k, None)
+        if k == 0:  # the trainer target carries the role, once
+            batch.append(
+                Series(
+                    {
+                        "__name__": "DCGM_FI_DEV_GPU_UTIL",
+                        "instance": "n1:9400",
+                        "cluster": "c",
+                        "gpu": "0",
+                        "pipeline_stage": "3",
+                    },
+                    [(k * B + 25_000, 99.0)],
+                )
+            )
+        rounds.append(batch)
+    frames = _run(b, rounds)
+    assert {(f.node, f.ts, f.role) for f in frames} == {
+        *(("n1", k * B, "3") for k in range(3)),
+        *(("n2", k * B, None) for k in range(3)),
+    }
+
+
+def test_frames_have_no_role_without_role_labels() -> None:
+    frames = _run(_job_builder("cluster"), [_node_round("n1", 0, None)])
+    assert [f.role for f in frames] == [None]
+
+
+def test_the_role_travels_on_the_wire_record() -> None:
+    frame = FrameData("job-7", "n1", 0, {"procs_running": 1.0}, role="stage-3")
+    record = Frame.loads(encode_frame(frame), serializer="json")
+    assert (record.group, record.node, record.role) == ("job-7", "n1", "stage-3")
+    assert Frame.loads(encode_frame(FrameData("c", "n1", 0, {})), serializer="json").role is None
