@@ -133,7 +133,9 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
                 log.info("node_left group=%s node=%s", group, frame.node)
             elif frame.node:
                 metrics.frames.inc()
-                if pipeline.add(group, frame.node, frame.ts, frame.values, frame.gpus, now):
+                if pipeline.add(
+                    group, frame.node, frame.ts, frame.values, frame.gpus, now, frame.role
+                ):
                     held.hold(group, frame.ts, event)
                     done = None
                 else:

@@ -16,7 +16,7 @@ from detectors.population import (
     role_peer_stats,
     step_populations,
 )
-from streams.offline import run_offline
+from streams.offline import run_offline, score_rounds
 from streams.settings import Settings
 from streams.sources.simulator.cluster import DEFAULT_START_MS, ClusterConfig
 from streams.sources.simulator.faults import NvlinkBusFault
@@ -204,3 +204,16 @@ def test_role_peer_stats_fall_back_to_the_job_for_small_roles() -> None:
     )
     np.testing.assert_array_equal(z, job.z)
     np.testing.assert_array_equal(median[:, 0], job.median[0])
+
+
+def test_role_labels_reach_the_scoring_through_the_frame_builder() -> None:
+    """A pipeline_stage label on the job's series becomes each node's role in the worker."""
+    config = ClusterConfig(seed=13, job_label="train_job", role_label="pipeline_stage", spares=0)
+    settings = Settings(group_labels=["train_job", "cluster"], role_labels=["pipeline_stage"])
+    roles: dict[str, str] = {}
+    end = config.start_ms + 10 * 60_000
+    for _, scored in score_rounds(generate(config, end_ms=end), settings):
+        for item in scored:
+            roles.update(item.bucket.roles)
+    assert len(roles) == config.job_nodes
+    assert len(set(roles.values())) == config.pipeline_stages

@@ -199,10 +199,12 @@ class Scenario:
 
 
 def settings_for_layout(config: ClusterConfig) -> Settings:
-    """Default settings (group by ``cluster``), or ``[job label, cluster]`` when there is one."""
+    """Default settings (group by ``cluster``), or ``[job label, cluster]`` when there is one,
+    with its role label as ``role_labels`` (what an operator would configure)."""
     if config.job_label is None:
         return Settings()
-    return Settings(group_labels=[config.job_label, "cluster"])
+    roles = [config.role_label] if config.role_label else []
+    return Settings(group_labels=[config.job_label, "cluster"], role_labels=roles)
 
 
 # --- building blocks ---------------------------------------------------------------------------
