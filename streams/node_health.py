@@ -5,9 +5,12 @@ of an XID the scheduler drops its label, and the node's next frames (the ones
 that carry the XID) land in another group (the fallback group, or a new job).
 Keyed by group, that state restarted there and the XID looked like an old
 gauge value. Here each node has one :class:`GpuHealthState` and a *home*: the
-group whose buckets step it, which is the group of the latest bucket that had
-a frame of the node. A node that stopped reporting is still stepped by its
-home's buckets, so its alerts expire on time.
+group whose buckets step it, which is the group of the node's latest frame with
+per-GPU values (dcgm-exporter's series: where they go, the GPUs go). A frame's
+per-GPU values are taken when it arrives, not from the group's closed bucket,
+so a departure notice that empties the old group's bucket loses none of them;
+the home's next closed bucket judges them, bucket by bucket. A node that stopped
+reporting is still stepped by its home's buckets, so its alerts expire on time.
 
 Alert labels: an alert keeps the ``group`` it fired in until it resolves (its
 identity in Alertmanager); alerts fired after a move name the new group.
@@ -51,6 +54,8 @@ class _Node:
     home: str  # the group whose buckets step this node
     seen_ts: int = -1  # newest bucket with a frame of the node (-1: none yet)
     pci: dict[str, str] = field(default_factory=dict)  # normalised bus id -> gpu index
+    pending: dict[int, dict[str, float]] = field(default_factory=dict)  # bucket -> values
+    stepped_ts: int = -1  # newest bucket whose values were judged
 
 
 class NodeHealth:
@@ -70,15 +75,25 @@ class NodeHealth:
         found = self._nodes.get(node)
         return None if found is None else found.home
 
-    def learn_gpus(self, group: str, node: str, gpus: Mapping[str, str]) -> None:
-        """Take a frame's ``pci_bus_id@<gpu>`` entries (the bus id ↔ index map)."""
+    def add(
+        self, group: str, node: str, ts: int, values: Mapping[str, float], gpus: Mapping[str, str]
+    ) -> None:
+        """Take a frame's per-GPU values (bucket ``ts``) and ``pci_bus_id@<gpu>`` entries."""
+        per_gpu = {k: v for k, v in values.items() if split_per_gpu_key(k) is not None}
         for key, value in gpus.items():
             split = split_per_gpu_key(key)
-            if split is None or split[0] != PCI_KEY:
-                continue
-            pci = normalize_pci_bus_id(value)
-            if pci is not None:
-                self._node(node, group).pci[pci] = split[1]
+            if split is not None and split[0] == PCI_KEY:
+                pci = normalize_pci_bus_id(value)
+                if pci is not None:
+                    self._node(node, group).pci[pci] = split[1]
+        if not per_gpu:
+            return
+        entry = self._node(node, group)
+        if ts >= entry.seen_ts:
+            self._move(node, entry, group)
+            entry.seen_ts = ts
+        if ts > entry.stepped_ts:
+            entry.pending.setdefault(ts, {}).update(per_gpu)
 
     def add_log_xid(self, group: str, event: XidEvent) -> None:
         """A kernel-log XID of ``event.node``: judged with the next bucket of the node's home
@@ -89,39 +104,36 @@ class NodeHealth:
         self._log_xids.setdefault(event.node, []).append(event)
 
     def step(
-        self,
-        group: str,
-        bucket_ts: int,
-        frames: Mapping[str, Mapping[str, float]],
-        symptoms: Iterable[AlertChange] = (),
+        self, group: str, bucket_ts: int, symptoms: Iterable[AlertChange] = ()
     ) -> tuple[list[AlertChange], list[AlertChange]]:
         """One closed bucket of ``group``: (alert transitions, firing alerts of its nodes).
 
-        Nodes with a frame here make ``group`` their home; nodes homed here without
-        a frame are stepped too (expiry, pending log XIDs).
+        Every node homed in ``group`` is judged on its values of each bucket up to
+        ``bucket_ts`` not judged yet, oldest first (none: expiry and log XIDs only).
         """
-        for node in frames:
-            entry = self._node(node, group)
-            self._move(node, entry, group)
-            entry.seen_ts = max(entry.seen_ts, bucket_ts)
         symptoms = list(symptoms)
         changes: list[AlertChange] = []
         active: list[AlertChange] = []
         horizon = bucket_ts - self.params.escalation.memory_ms
         for node in sorted(self._homed.get(group, ())):
             entry = self._nodes[node]
-            frame = frames.get(node)
-            changes += step_gpu_health(
-                entry.state,
-                group,
-                bucket_ts,
-                {} if frame is None else {node: frame},
-                self.params,
-                log_events=[self._locate(entry, e) for e in self._log_xids.pop(node, ())],
-                symptoms=symptoms,
-            )
+            due = sorted(ts for ts in entry.pending if ts <= bucket_ts)
+            steps = [(ts, {node: entry.pending.pop(ts)}) for ts in due] or [(bucket_ts, {})]
+            logged = [self._locate(entry, e) for e in self._log_xids.pop(node, ())]
+            for i, (ts, frames) in enumerate(steps):
+                changes += step_gpu_health(
+                    entry.state,
+                    group,
+                    ts,
+                    frames,
+                    self.params,
+                    log_events=logged if i == len(steps) - 1 else (),
+                    symptoms=symptoms,
+                )
+            if due:  # (a bucket closed without the node's values may still get them)
+                entry.stepped_ts = max(entry.stepped_ts, due[-1])
             active += active_gpu_alerts(entry.state)
-            if frame is None and not entry.state.firing and entry.seen_ts < horizon:
+            if not (entry.pending or entry.state.firing) and entry.seen_ts < horizon:
                 self._forget(node)  # gone for longer than any XID rule looks back
         return changes, active
 
@@ -167,6 +179,8 @@ class NodeHealth:
                 "state": e.state.to_dict(),
                 "seen_ts": e.seen_ts,
                 "pci": dict(sorted(e.pci.items())),
+                "stepped_ts": e.stepped_ts,
+                "pending": [[ts, vals] for ts, vals in sorted(e.pending.items())],
                 "log_xids": [x.to_dict() for x in self._log_xids.get(node, ())],
             }
             for node, e in ((n, self._nodes[n]) for n in sorted(self._homed.get(group, ())))
@@ -181,7 +195,10 @@ class NodeHealth:
                 continue
             state = GpuHealthState.from_dict(data["state"], self.catalog, self.params)
             pci = {str(k): str(v) for k, v in data.get("pci", {}).items()}
-            self._put(node, _Node(state, group, seen_ts, pci))
+            pending = {int(ts): {str(k): float(v) for k, v in vals.items()}
+                       for ts, vals in data.get("pending", ())}  # fmt: skip
+            stepped = int(data.get("stepped_ts", seen_ts))
+            self._put(node, _Node(state, group, seen_ts, pci, pending, stepped))
             logged = [XidEvent.from_dict(x) for x in data.get("log_xids", ())]
             if logged:
                 self._log_xids[node] = logged

@@ -143,7 +143,7 @@ class Pipeline:
         role: str | None = None,
     ) -> bool:
         """Take one frame; False when it is late and was dropped."""
-        self.node_health.learn_gpus(group, node, gpus)
+        self.node_health.add(group, node, ts, values, gpus)
         return self.window(group).add(node, ts, values, gpus, now_s, role)
 
     def leave(self, group: str, node: str) -> None:
@@ -174,7 +174,7 @@ class Pipeline:
             )
             self.states[group] = state
             gpu_changes, gpu_active = self.node_health.step(
-                group, bucket.ts, bucket.frames, symptoms=[*result.active, *result.changes]
+                group, bucket.ts, symptoms=[*result.active, *result.changes]
             )
             verdict, slow_changes, slow_active = self._step_failslow(group, bucket, result.idle)
             self.identities[group], peer_changes, peer_active = keep_identity(

@@ -68,6 +68,40 @@ def test_an_xid_in_the_first_frame_after_a_move_still_alerts_in_that_bucket(cata
     assert xid_changes(out) == [("cluster", "n03", "firing", "1")]
 
 
+def test_per_gpu_values_of_a_frame_whose_bucket_a_departure_emptied_still_count(catalog) -> None:  # type: ignore[no-untyped-def]
+    """GPU series in job-a, host series in the fallback group: each bucket's departure
+    notice drops the node from job-a's open bucket; its GPU values must not go with it."""
+    p = pipeline(catalog)
+    for i in range(6):
+        ts = T0 + i * B
+        xid = 94.0 if i == 5 else 0.0
+        gpu_group = "cluster" if i == 5 else "job-a"  # the label vanishes with the XID
+        for n in NODES:
+            p.add("job-a", n, ts, healthy(), {}, ts / 1000)
+        p.add(gpu_group, "n09", ts, healthy(**{"xid_last@1": xid}), {}, ts / 1000)
+        p.leave("job-a", "n09")
+        p.add("cluster", "n09", ts, {"procs_running": 40.0}, {}, ts / 1000)
+        out = {g: p.due(g, ts / 1000 + 60) for g in list(p.windows)}
+        assert xid_changes(out) == ([("cluster", "n09", "firing", "1")] if i == 5 else [])
+
+
+def test_a_bucket_the_old_group_closed_first_is_judged_in_the_new_one(catalog) -> None:  # type: ignore[no-untyped-def]
+    """job-a closes the XID's bucket before the node's frame (now in the fallback group)
+    arrives: the frame is still judged, in its own bucket."""
+    p = pipeline(catalog)
+    for i in range(5):
+        bucket(p, i, in_job())
+    ts = T0 + 5 * B
+    for n in NODES:
+        if n != "n06":
+            p.add("job-a", n, ts, healthy(), {}, ts / 1000)
+    assert p.due("job-a", ts / 1000 + 60)  # closed without n06
+    p.add("cluster", "n06", ts, healthy(**{"xid_last@0": 149.0}), {}, ts / 1000)
+    (scored,) = p.due("cluster", ts / 1000 + 60)
+    xids = [c for c in scored.changes if c.alertname == XID_ALERT]
+    assert [(c.node, c.bucket_ts) for c in xids] == [("n06", ts)]
+
+
 def test_a_remap_trend_continues_across_a_move(catalog) -> None:  # type: ignore[no-untyped-def]
     p = pipeline(catalog)
     rows = {"remap_correctable@0": 3.0, "remap_uncorrectable@0": 0.0}
@@ -92,8 +126,7 @@ def test_a_firing_xid_alert_keeps_its_group_and_resolves_once_after_the_move(cat
         out = bucket(p, i, in_job(n02=healthy(**{"xid_last@0": 94.0})))
         active = [a for s in out["cluster"] for a in s.active if a.alertname == XID_ALERT]
         assert all(a.group == "job-a" for a in active)  # identity kept while firing
-        if i > 2:  # (in the bucket of the move job-a, scored first, still held it)
-            assert not [a for s in out["job-a"] for a in s.active if a.alertname == XID_ALERT]
+        assert not [a for s in out["job-a"] for a in s.active if a.alertname == XID_ALERT]
         for g, scored in out.items():
             resolved += [
                 (g, c.group, c.status)
