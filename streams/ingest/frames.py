@@ -262,6 +262,9 @@ class _Partial:
         self.node = node
 
 
+_ASSIGNED_RANK = -1  # a scheduler's assignment ranks above the first of ``group_labels``
+
+
 class _Node:
     """A node's membership, and the partial its samples went to last in this ``add``.
 
@@ -273,6 +276,7 @@ class _Node:
     """
 
     __slots__ = (
+        "assigned",
         "bucket",
         "call",
         "group",
@@ -290,6 +294,7 @@ class _Node:
         self.rank = rank
         self.held = self.since = -(1 << 62)
         self.role: str | None = None
+        self.assigned: str | None = None  # the scheduler's job for the node (``assign``)
         self.call = -1  # the ``add`` call that filled ``bucket`` / ``parts``
         self.bucket = 0
         self.parts: list[dict[SeriesKey, Any]] = []
@@ -342,6 +347,8 @@ class FrameBuilder:
     shows). A move inside a bucket moves the node's whole frame of that bucket.
     A series without a group label for a node in no group drops as ``no_group``.
     ``role_labels`` work alike: the last role any series named sticks to the node.
+    A scheduler's word (``assign``, fed by ``streams.ingest.membership``)
+    outranks every label: an assigned node is in its job whatever its series say.
 
     ``add`` is the ingest's hot path (design target: >= 350,000 samples/s on one
     core). Everything a label dict implies -- its uses, node, group label, scrape
@@ -451,6 +458,7 @@ class FrameBuilder:
         # node name -> membership; scrape target -> phase. Both forgotten after
         # series_ttl_ms without a sample (issue 9: 1 M distinct nodes must not pile up).
         self._nodes: dict[str, _Node] = {}
+        self._assigned: dict[str, str] = {}  # node -> the scheduler's job (``assign``)
         self._scrapes: dict[tuple[str, ...], ScrapeTarget] = {}
         # id(labels) -> _Resolved; holds the dicts so their ids stay unique while memoised
         self._label_memo: dict[int, _Resolved] = {}
@@ -578,6 +586,8 @@ class FrameBuilder:
             # the round of the series' first sample (a scrape's series share its
             # timestamp: one comparison), then membership
             bucket0 = scrape.bucket if scrape.lo <= ts0 <= scrape.hi else phases.bucket(scrape, ts0)
+            if node.assigned is not None:  # the scheduler's word outranks every label
+                rank, group_value = _ASSIGNED_RANK, node.assigned
             node_rank = node.rank
             if rank == node_rank:
                 if group_value != node.group:
@@ -688,6 +698,7 @@ class FrameBuilder:
             node = self._nodes.get(node_name)
             if node is None:
                 node = self._nodes[node_name] = _Node(node_name, self._no_group_rank)
+                node.assigned = self._assigned.get(node_name)
             rank, group_value = self.group_label(labels)
             replica = None
             for k in self.replica_labels:
@@ -783,6 +794,26 @@ class FrameBuilder:
             self._departures.append(FrameData(old, node.name, bucket, {}, {}, left=True))
         node.group, node.rank = group, rank
         node.held = node.since = bucket
+
+    def assign(self, node: str, group: str | None) -> None:
+        """The scheduler says ``node`` runs in ``group`` (None: it left it; labels decide again).
+
+        The move takes effect with the node's next sample, as a label change would.
+        """
+        if group is None:
+            self._assigned.pop(node, None)
+        else:
+            self._assigned[node] = group
+        state = self._nodes.get(node)
+        if state is not None and state.assigned != group:
+            state.assigned = group
+            if group is None and state.rank == _ASSIGNED_RANK:
+                state.rank = self._no_group_rank  # any label may now place it, at once
+
+    @property
+    def assigned(self) -> dict[str, str]:
+        """Nodes the scheduler placed (``assign``), node -> job."""
+        return dict(self._assigned)
 
     # --- closing frames -------------------------------------------------------------------------
 
