@@ -39,6 +39,15 @@ class IngestMetrics:
         self.kafka_errors = Counter(
             "peerwatch_ingest_kafka_errors", "failed produce attempts (retried)", registry=r
         )
+        self.in_flight = Gauge(
+            "peerwatch_ingest_requests_in_flight", "writes being read or decoded", registry=r
+        )
+        self.task_failures = Counter(
+            "peerwatch_ingest_task_failures",
+            "background tasks (producer, flusher) that died and were restarted",
+            ["task"],
+            registry=r,
+        )
         self.frames_dropped = Counter(
             "peerwatch_ingest_frames_dropped",
             "frames Kafka can never take (logged, not retried), by reason",

@@ -61,6 +61,12 @@ class Settings(BaseSettings):
     ingest_max_backlog_frames: int = Field(
         200_000, ge=1, description="above this many unsent frames, answer 503"
     )
+    ingest_max_concurrent_requests: int = Field(
+        64, ge=1, description="writes in progress beyond this get 503 (Prometheus retries)"
+    )
+    ingest_body_timeout_s: float = Field(
+        30.0, gt=0, description="a write whose body takes longer to arrive gets 503"
+    )
 
     # worker
     worker_web_port: int = Field(6066, ge=0, le=65535)

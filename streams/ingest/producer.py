@@ -177,9 +177,11 @@ class FrameProducer:
     async def run(self) -> None:
         """Send forever; frames that failed to send stay at the head of the queue and are retried.
 
-        Anything but a Kafka error is a bug: it is logged, recorded in ``failed``
-        (the ingest then answers 503 and reports not ready) and re-raised.
+        Anything but a Kafka error is a bug: it is recorded in ``failed`` (the
+        ingest then answers 503 and reports not ready) and re-raised for the
+        supervisor to log; the queue stays, and a new ``run()`` resumes it.
         """
+        self.failed = None
         try:
             await self._run()
         except asyncio.CancelledError:
@@ -187,7 +189,6 @@ class FrameProducer:
         except BaseException as exc:
             self.failed = exc
             self._connected = False
-            log.exception("frame_producer_failed backlog=%d", len(self._queue))
             raise
 
     async def _run(self) -> None:

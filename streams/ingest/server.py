@@ -7,12 +7,17 @@ Status codes follow what Prometheus does with them (REFERENCE.md):
          same bytes cannot help)
     413  body above ``max_body_bytes``
     415  remote_write 2.0 or another content type we do not speak
-    503  Kafka cannot take more right now; Prometheus keeps the data and
-         re-sends it with backoff, so nothing is lost
+    503  we cannot take it right now (Kafka away, backlog full, a background
+         task restarting, too many writes in progress, a body that did not
+         arrive in time); Prometheus keeps the data and re-sends it with backoff
 
 Samples become frames in a ``FrameBuilder``; a flusher closes buckets as event
 time (or, for a quiet sender, wall time) passes and hands them to the
-``FrameProducer``.
+``FrameProducer``. Decoding and frame building run on one worker thread, never
+on the event loop: a large body costs seconds of CPU, and meanwhile the loop
+keeps answering ``/-/ready``, ``/metrics`` and the 503s. The producer and the
+flusher are supervised: one that dies is logged, counted, takes readiness down
+and is restarted with backoff.
 """
 
 from __future__ import annotations
@@ -21,12 +26,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from streams.ingest.frames import frame_builder_for
+from streams.ingest.frames import AddStats, FrameData, frame_builder_for
 from streams.ingest.producer import FrameProducer
 from streams.ingest.remote_write import RemoteWriteError, WriteRequestDecoder
 from streams.metrics import IngestMetrics
@@ -36,6 +42,9 @@ from streams.topics import ensure_topics
 log = logging.getLogger("peerwatch.ingest")
 
 FLUSH_EVERY_S = 0.25
+RESTART_MIN_S = 0.5  # first restart of a failed background task; doubles up to RESTART_MAX_S
+RESTART_MAX_S = 30.0
+HEALTHY_AFTER_S = 60.0  # a task that ran this long before failing restarts at RESTART_MIN_S
 
 
 class Ingest:
@@ -49,10 +58,33 @@ class Ingest:
         self.decoder = WriteRequestDecoder(
             metric_names=self.builder.metric_names, max_body_bytes=8 * settings.max_body_bytes
         )
+        # The one thread that touches the decoder and the builder (neither is thread-safe).
+        self._work = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-work")
+        self._in_flight = 0
+        # The supervised background tasks, by name; a failed one is in ``down`` until restarted.
+        self.tasks: dict[str, Callable[[], Awaitable[None]]] = {
+            "producer": self._produce,
+            "flusher": self.flush_forever,
+        }
+        self.down: dict[str, BaseException] = {}
+        self.restart_min_s = RESTART_MIN_S
 
     def _reply(self, status: int, text: str | None = None) -> web.Response:
         self.metrics.requests.labels(code=str(status)).inc()
         return web.Response(status=status, text=text)
+
+    def _unavailable(self) -> str | None:
+        """Why the ingest cannot take data now (a 503 and readiness down), or None."""
+        if self.down:
+            name, exc = next(iter(self.down.items()))
+            return f"{name} failed ({exc!r}), restarting"
+        if self.producer.accepting:
+            return None
+        if self.producer.failed is not None:
+            return f"frame producer failed ({self.producer.failed!r})"
+        if not self.producer.connected:
+            return "kafka unreachable"
+        return "backlog full"
 
     async def write(self, request: web.Request) -> web.Response:
         ctype = request.headers.get("Content-Type", "application/x-protobuf")
@@ -62,30 +94,57 @@ class Ingest:
             return self._reply(415, f"unsupported content type {ctype!r}; send remote_write 1.0\n")
         if (request.content_length or 0) > self.settings.max_body_bytes:
             return self._reply(413, f"body above {self.settings.max_body_bytes} bytes\n")
-        if not self.producer.accepting:
-            log.warning("ingest_backpressure backlog=%d", self.producer.backlog)
-            if self.producer.failed is not None:
-                reason = f"frame producer failed ({self.producer.failed!r})"
-            elif not self.producer.connected:
-                reason = "kafka unreachable"
-            else:
-                reason = "backlog full"
+        if (reason := self._unavailable()) is not None:
+            log.warning("ingest_backpressure reason=%s backlog=%d", reason, self.producer.backlog)
             return self._reply(503, f"{reason}; retry later\n")
+        if self._in_flight >= self.settings.ingest_max_concurrent_requests:
+            log.warning("ingest_busy in_flight=%d", self._in_flight)
+            return self._reply(503, f"{self._in_flight} writes in progress; retry later\n")
+        self._in_flight += 1
+        self.metrics.in_flight.set(self._in_flight)
         try:
-            body = await request.read()
+            return await self._take(request)
+        finally:
+            self._in_flight -= 1
+            self.metrics.in_flight.set(self._in_flight)
+
+    async def _take(self, request: web.Request) -> web.Response:
+        try:
+            body = await asyncio.wait_for(request.read(), self.settings.ingest_body_timeout_s)
         except web.HTTPRequestEntityTooLarge:
             return self._reply(413, f"body above {self.settings.max_body_bytes} bytes\n")
+        except TimeoutError:
+            log.warning("ingest_body_timeout peer=%s", request.remote)
+            reply = self._reply(
+                503, f"body not received within {self.settings.ingest_body_timeout_s:g} s\n"
+            )
+            # Send it and hang up: aiohttp would otherwise keep reading the slow body for
+            # up to 10 s more ("lingering") to let the client see the reply.
+            await reply.prepare(request)
+            await reply.write_eof()
+            request.protocol.force_close()
+            return reply
+        loop = asyncio.get_running_loop()
         try:
-            series = self.decoder.decode(body)
+            stats = await loop.run_in_executor(self._work, self._decode_and_add, body)
         except RemoteWriteError as exc:
             log.warning("remote_write_rejected peer=%s reason=%s", request.remote, exc)
             return self._reply(400, f"{exc}\n")
-        stats = self.builder.add(series, now_s=time.time())
         self.metrics.samples.labels(outcome="accepted").inc(stats.accepted)
         for reason, n in stats.dropped.items():
             if n:
                 self.metrics.samples.labels(outcome=reason).inc(n)
         return self._reply(204)
+
+    def _decode_and_add(self, body: bytes) -> AddStats:
+        """On the work thread: the body's samples into the builder."""
+        return self.builder.add(self.decoder.decode(body), now_s=time.time())
+
+    def _close_due(self) -> list[FrameData]:
+        """On the work thread: the frames whose buckets are due."""
+        return self.builder.close_due_by_watermark(
+            now_s=time.time(), idle_s=self.settings.ingest_idle_flush_s
+        )
 
     async def metrics_page(self, request: web.Request) -> web.Response:
         return web.Response(
@@ -94,16 +153,14 @@ class Ingest:
         )
 
     async def ready(self, request: web.Request) -> web.Response:
-        return web.Response(status=200 if self.producer.accepting else 503)
+        reason = self._unavailable()
+        return web.Response(status=503 if reason else 200, text=reason)
 
     async def flush_forever(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(FLUSH_EVERY_S)
-            self.producer.enqueue(
-                self.builder.close_due_by_watermark(
-                    now_s=time.time(), idle_s=self.settings.ingest_idle_flush_s
-                )
-            )
+            self.producer.enqueue(await loop.run_in_executor(self._work, self._close_due))
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.settings.max_body_bytes)
@@ -120,20 +177,43 @@ class Ingest:
         await ensure_topics(self.settings, attempts=None)
         await self.producer.run()
 
+    async def supervise(self, name: str) -> None:
+        """Run background task ``name`` forever, restarting it with backoff when it fails."""
+        loop = asyncio.get_running_loop()
+        backoff = self.restart_min_s
+        while True:
+            started = loop.time()
+            try:
+                await self.tasks[name]()
+                raise RuntimeError(f"{name} returned")  # they run until cancelled
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.down[name] = exc
+                self.metrics.task_failures.labels(task=name).inc()
+                if loop.time() - started >= HEALTHY_AFTER_S:
+                    backoff = self.restart_min_s
+                log.exception("background_task_failed task=%s restart_in_s=%.1f", name, backoff)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, RESTART_MAX_S)
+            del self.down[name]
+            log.info("background_task_restarted task=%s", name)
+
     async def _background(self, app: web.Application) -> AsyncIterator[None]:
-        tasks = [
-            asyncio.create_task(self._produce(), name="producer"),
-            asyncio.create_task(self.flush_forever(), name="flusher"),
-        ]
+        tasks = {name: asyncio.create_task(self.supervise(name), name=name) for name in self.tasks}
         yield
-        tasks[1].cancel()
-        self.producer.enqueue(self.builder.flush_all())
+        loop = asyncio.get_running_loop()
+        tasks["flusher"].cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await tasks["flusher"]
+        self.producer.enqueue(await loop.run_in_executor(self._work, self.builder.flush_all))
         if not await self.producer.drain(timeout_s=10.0):
             log.error("ingest_shutdown_unsent frames=%d", self.producer.backlog)
-        tasks[0].cancel()
-        for task in tasks:
+        for task in tasks.values():
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        self._work.shutdown(wait=False, cancel_futures=True)
 
 
 def build_ingest(settings: Settings) -> Ingest:

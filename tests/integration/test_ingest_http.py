@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -23,7 +24,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from streams.ingest.remote_write import MetricMetadata, WriteRequest, encode_write_request
 from streams.ingest.series import Series
-from streams.ingest.server import build_ingest
+from streams.ingest.server import Ingest, build_ingest
 from streams.services import free_port
 from streams.settings import Settings
 
@@ -103,9 +104,9 @@ async def start_ingest() -> AsyncIterator[IngestFactory]:
     clients: list[TestClient] = []
 
     async def start(
-        settings: Settings, start_timeout_s: float = 60.0
+        settings: Settings, start_timeout_s: float = 60.0, ingest: Ingest | None = None
     ) -> tuple[TestClient, Settings]:
-        client = TestClient(TestServer(build_ingest(settings).app()))
+        client = TestClient(TestServer((ingest or build_ingest(settings)).app()))
         clients.append(client)
         try:
             await asyncio.wait_for(client.start_server(), start_timeout_s)
@@ -405,3 +406,123 @@ async def test_a_batch_the_broker_refuses_as_too_large_loses_none_of_its_small_f
     assert sorted(f["node"] for _, f in records) == [f"gpu-{i:03d}" for i in range(60)]
     assert await metric_value(client, "peerwatch_ingest_frames_dropped_total") == 1.0
     assert await ready_status(client) == 200
+
+
+# --- the event loop stays free; limits; supervised background tasks -----------------------------
+
+
+def distinct_nodes_body(n: int, ts: int) -> bytes:
+    """``n`` nodes' ``node_procs_running``, one series each, costly to decode (every series
+    is new) but without a group, so no frames follow (digits patched into one encoded series:
+    building them as protobuf objects would take longer than the test)."""
+    template = WriteRequest()
+    series = template.timeseries.add()
+    labels = {"__name__": "node_procs_running", "instance": "h-@@@@@@@@:9100"}
+    for name, value in sorted(labels.items()):
+        series.labels.add(name=name, value=value)
+    series.samples.add(value=3.0, timestamp=ts)
+    one = template.SerializeToString()
+    raw = b"".join(one.replace(b"@@@@@@@@", b"%08d" % i) for i in range(n))
+    return bytes(cramjam.snappy.compress_raw(raw))
+
+
+async def in_flight(client: TestClient) -> float:
+    return await metric_value(client, "peerwatch_ingest_requests_in_flight")
+
+
+async def test_ready_is_answered_while_a_large_body_decodes(
+    kafka_bootstrap: str, start_ingest: IngestFactory
+) -> None:
+    """100,000 new series in one body take seconds of CPU to decode; /-/ready keeps
+    answering meanwhile (decoding on the event loop answered nothing until it was done)."""
+    client, _ = await start_ingest(settings_for(kafka_bootstrap, max_body_bytes=16 << 20))
+    await wait_ready(client)
+    body = distinct_nodes_body(100_000, recent_bucket_start(0))
+    write = asyncio.create_task(post(client, body))
+    answered_during_write = 0
+    while not write.done():
+        status = await ready_status(client)
+        answered_during_write += not write.done()
+        assert status == 200
+        await asyncio.sleep(0.02)
+    assert (await write)[0] == 204
+    assert answered_during_write >= 5
+
+
+async def test_writes_beyond_the_concurrency_limit_get_503(
+    kafka_bootstrap: str, start_ingest: IngestFactory
+) -> None:
+    """With one write allowed at a time, a second one during a long decode gets 503."""
+    settings = settings_for(
+        kafka_bootstrap, max_body_bytes=16 << 20, ingest_max_concurrent_requests=1
+    )
+    client, _ = await start_ingest(settings)
+    await wait_ready(client)
+    write = asyncio.create_task(post(client, distinct_nodes_body(100_000, recent_bucket_start(0))))
+    while await in_flight(client) < 1:
+        assert not write.done(), "the long write ended before it was seen in flight"
+        await asyncio.sleep(0.01)
+    small = encode_write_request(node_series("c1", "gpu-01:9100", recent_bucket_start(), 1e6, 3))
+    status, text = await post(client, small)
+    assert (status, text) == (503, "1 writes in progress; retry later\n")
+    assert (await write)[0] == 204
+    assert (await post(client, small))[0] == 204
+
+
+async def test_a_body_that_does_not_arrive_in_time_gets_503(
+    kafka_bootstrap: str, start_ingest: IngestFactory
+) -> None:
+    """A client that announces 1,000 bytes and sends 10 is answered 503 and disconnected."""
+    client, _ = await start_ingest(settings_for(kafka_bootstrap, ingest_body_timeout_s=0.5))
+    await wait_ready(client)
+    reader, writer = await asyncio.open_connection(client.host, client.port)
+    head = (
+        "POST /api/v1/write HTTP/1.1\r\nHost: ingest\r\nContent-Type: application/x-protobuf\r\n"
+        "Content-Encoding: snappy\r\nContent-Length: 1000\r\n\r\n"
+    )
+    writer.write(head.encode() + b"x" * 10)
+    await writer.drain()
+    reply = await asyncio.wait_for(reader.read(), timeout=20.0)  # read() to EOF: closed
+    writer.close()
+    assert reply.startswith(b"HTTP/1.1 503 ")
+    assert b"body not received within 0.5 s" in reply
+
+
+async def test_a_background_task_that_dies_takes_readiness_down_and_is_restarted(
+    kafka_bootstrap: str, start_ingest: IngestFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The flusher raises once: the failure is logged and counted, /-/ready and writes get
+    503 until it is restarted, then samples become frames on Kafka again."""
+    settings = settings_for(kafka_bootstrap)
+    ingest = build_ingest(settings)
+    ingest.restart_min_s = 2.0  # long enough to see the 503s
+    real_close_due = ingest._close_due
+    bug = threading.Event()  # the flusher's work runs on the ingest's work thread
+
+    def close_due_with_a_bug() -> list:
+        if bug.is_set():
+            bug.clear()
+            raise RuntimeError("flusher bug")
+        return real_close_due()
+
+    ingest._close_due = close_due_with_a_bug  # type: ignore[method-assign]
+    client, _ = await start_ingest(settings, ingest=ingest)
+    await wait_ready(client)
+    bug.set()
+    while await ready_status(client) == 200:
+        await asyncio.sleep(0.01)
+    b0 = recent_bucket_start()
+    scrape = encode_write_request(node_series("c9", "gpu-09:9100", b0 + 5_000, 1e6, 3))
+    status, text = await post(client, scrape)
+    assert status == 503 and text.startswith("flusher failed (RuntimeError('flusher bug'))")
+    failed = [r for r in caplog.records if r.getMessage().startswith("background_task_failed")]
+    assert [r.getMessage() for r in failed] == [
+        "background_task_failed task=flusher restart_in_s=2.0"
+    ]
+    assert failed[0].exc_info is not None  # with its traceback
+    assert await metric_value(client, 'peerwatch_ingest_task_failures_total{task="flusher"}') == 1
+
+    await wait_ready(client)
+    assert (await post(client, scrape))[0] == 204
+    records = await read_frames(kafka_bootstrap, settings.topic_frames, want=1)
+    assert [(f["node"], f["ts"]) for _, f in records] == [("gpu-09", b0)]
