@@ -226,12 +226,16 @@ class AlertChange:
     action: str | None = None
     labels: tuple[tuple[str, str], ...] = ()
     lead_s: float | None = None
+    # Context that may change while the alert fires (e.g. the group's training
+    # phase): annotations, never labels, so the alert's identity stays put.
+    annotations: tuple[tuple[str, str], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "action": self.action,
             "labels": dict(self.labels),
             "lead_s": self.lead_s,
+            "annotations": dict(self.annotations),
             "alertname": self.alertname,
             "node": self.node,
             "group": self.group,
@@ -262,6 +266,7 @@ class AlertChange:
             action=d.get("action"),
             labels=tuple(sorted((d.get("labels") or {}).items())),
             lead_s=d.get("lead_s"),
+            annotations=tuple(sorted((d.get("annotations") or {}).items())),
         )
 
 

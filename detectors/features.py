@@ -267,6 +267,23 @@ DEFAULT_FEATURES: tuple[FeatureSpec, ...] = (
         rel_floor=0.05,
         klass="host",
     ),
+    # NFS traffic in bytes/s (every mount summed): what the phase rules read
+    # (detectors.phase: a checkpoint save is a write burst, a restart load a
+    # read burst); carried in frames, not peer-scored.
+    FeatureSpec(
+        "nfs_write_bytes_rate",
+        ("node_mountstats_nfs_write_bytes_total",),
+        "counter",
+        reduce="sum",
+        scored=False,
+    ),
+    FeatureSpec(
+        "nfs_read_bytes_rate",
+        ("node_mountstats_nfs_read_bytes_total",),
+        "counter",
+        reduce="sum",
+        scored=False,
+    ),
     FeatureSpec(
         "gpu_sm_active",
         ("DCGM_FI_PROF_SM_ACTIVE",),

@@ -87,6 +87,19 @@ recovery: median 3.3 h) does not resolve its culprit. Limit: a group whose
 history begins during a restart load learns the load level and raises one
 group alert when training starts.
 
+Training phases (:mod:`detectors.phase`). Checkpoint saves and restart loads
+are known, not learned: the source report's rules classify every bucket from
+its own frames (aggregate NFS write / read bytes, GPU util), so the first save
+after a (re)start is recognised before any level exists. In a Save or Load
+bucket (within its maximum length) the phase's moves are expected: the levels
+are left as they were (neither learned nor warmed up on), the shifts and
+cluster-wide events on the features it moves are no ``PeerwatchGroupDegraded``
+evidence, node evidence is held on every feature but the error counters, and
+the baselines learn nothing calm from it (regime 1, moved features held). The
+hard collapse signatures stay judged against the bucket's peer median, so a
+node that collapses while its peers save still pages at once; XIDs are judged
+per GPU elsewhere and always page. The phase rides on ``BucketResult.phase``.
+
 Why an EWMA gated on the whole bucket rather than a ring of recent medians:
 it is one float per feature (plus two counters, and two floats only during or
 after a shift), and gating on "no feature shifted" keeps a dip from leaking
@@ -134,6 +147,7 @@ from detectors.fusion import (
 )
 from detectors.multivariate import GroupModel, MultivariateParams
 from detectors.peer import peer_zscores
+from detectors.phase import Phase, PhaseParams, step_phase
 from detectors.population import (
     Composition,
     PopulationParams,
@@ -202,7 +216,7 @@ class ScoringParams:
     with a catalog of ~300 features use 4 or more — one 305 x 305 inverse is
     ~7 ms single-threaded — and groups learn in different buckets, phased by a
     stable hash of their name). Both switches off give the peer-z-only scoring
-    of schema 2.
+    of schema 2. ``phase``: the training-phase rules (:class:`detectors.phase.PhaseParams`).
     """
 
     min_peers: int = 8
@@ -226,6 +240,7 @@ class ScoringParams:
     multivariate: bool = True
     model: MultivariateParams = field(default_factory=MultivariateParams)
     population: PopulationParams = field(default_factory=PopulationParams)
+    phase: PhaseParams = field(default_factory=PhaseParams)
 
     def __post_init__(self) -> None:
         if isinstance(self.min_peers, bool) or not isinstance(self.min_peers, int):
@@ -265,6 +280,8 @@ class ScoringParams:
             raise ValueError(f"model must be a MultivariateParams, got {self.model!r}")
         if not isinstance(self.population, PopulationParams):
             raise ValueError(f"population must be a PopulationParams, got {self.population!r}")
+        if not isinstance(self.phase, PhaseParams):
+            raise ValueError(f"phase must be a PhaseParams, got {self.phase!r}")
 
     @cached_property
     def fusion(self) -> FusionParams:
@@ -426,6 +443,7 @@ class GroupState:
     baselines: NodeBaselines = field(default_factory=NodeBaselines)
     model: GroupModel | None = None
     populations: Populations = field(default_factory=Populations)
+    phase: Phase = field(default_factory=Phase)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, GroupState):
@@ -445,6 +463,7 @@ class GroupState:
             "baselines": self.baselines.to_dict() if self.baselines.nodes else None,
             "model": None if self.model is None else self.model.to_dict(),
             "populations": self.populations.to_dict(),
+            "phase": self.phase.to_dict(),
         }
 
     @classmethod
@@ -461,6 +480,7 @@ class GroupState:
         baselines = data.get("baselines") if current else None
         model = data.get("model") if current else None
         populations = data.get("populations") if current else None
+        phase = data.get("phase")  # absent in states saved before phases: training
         return cls(
             last_bucket_ts=None if last is None else int(last),
             alerts={a.key: a for a in alerts},
@@ -475,6 +495,7 @@ class GroupState:
             populations=Populations()
             if populations is None
             else Populations.from_dict(populations),
+            phase=Phase() if phase is None else Phase.from_dict(phase),
         )
 
 
@@ -487,7 +508,8 @@ class BucketResult:
     bucket (re-send while firing). ``group_events``: features on which a large
     share of the nodes deviated from the median together this bucket.
     ``group_shifts``: features whose group median left its usual level (their
-    node evidence was held), in catalog order. ``ignored``: nodes that sent
+    node evidence was held), in catalog order. ``phase``: the bucket's training
+    phase (None for a stale bucket). ``ignored``: nodes that sent
     frames but are not expected. ``stale``: the bucket was not newer than the
     last one scored and changed nothing.
     """
@@ -503,6 +525,7 @@ class BucketResult:
     stale: bool = False
     idle: tuple[str, ...] = ()
     composition: Composition | None = None
+    phase: Phase | None = None
 
 
 def score_bucket(
@@ -551,13 +574,26 @@ def score_bucket(
     abs_floor = np.array([f.abs_floor for f in specs], dtype=np.float64)
     rel_floor = np.array([f.rel_floor for f in specs], dtype=np.float64)
     stats = peer_zscores(values, abs_floor, rel_floor, params.min_peers)
+    # The job's phase; before any node has been busy (a history that opens in a
+    # restart load: GPUs < 50 %, every node still "idle") the whole group's.
+    phase = step_phase(state.phase, frames, members or sorted(expected_set), params.phase)
     levels, shifts, held = _track_levels(state.levels, names, abs_floor, stats.median, params)
+    collapse_only = np.zeros(len(names), dtype=bool)
+    if phase.expected:  # a save or a load: expected moves, not the group's usual level
+        levels = state.levels
+        held, collapse_only = _phase_held(held, specs, params.phase.steady)
+    moved = held | collapse_only
     z, median = stats.z, stats.median
     if roles:
         z, median = role_peer_stats(
             values, reporting, roles, stats, abs_floor, rel_floor, params.min_peers
         )
-    learned = _learned_scoring(state, group, members, reporting, names, z, held, params)
+    learned = _learned_scoring(state, group, members, reporting, names, z, moved, params)
+    residual = learned.residual
+    if collapse_only.any():  # no soft evidence on them: a NaN residual gives none
+        residual = np.array(z if residual is None else residual, dtype=np.float64)
+        residual[:, collapse_only] = np.nan
+    moved_names = {names[j] for j in np.flatnonzero(moved).tolist()}
     fused = fuse_bucket(
         nodes=reporting,
         values=values,
@@ -568,7 +604,7 @@ def score_bucket(
         silent=silent,
         params=params.fusion,
         held=held,
-        residual=learned.residual,
+        residual=residual,
         usual=learned.usual,
         model=learned.judgement,
     )
@@ -578,11 +614,12 @@ def score_bucket(
             fused,
             shifts,
             state.alerts,
-            _regime_check(shifts, levels, names, abs_floor, params),
+            _regime_check(moved_names, levels, names, abs_floor, params),
             members,
             params.max_signals,
             _exporter_gaps(values, stats.present, reporting, names, params),
             composition,
+            moved_names if phase.expected else frozenset(),
         ),
         group=group,
         bucket_ts=bucket_ts,
@@ -596,6 +633,7 @@ def score_bucket(
         baselines=learned.baselines,
         model=learned.model,
         populations=populations,
+        phase=phase,
     )
     verdicts = {n: fused.verdicts[n] for n in members}
     return new_state, BucketResult(
@@ -609,7 +647,25 @@ def score_bucket(
         ignored=ignored,
         idle=tuple(sorted(populations.idle)),
         composition=composition,
+        phase=phase,
     )
+
+
+def _phase_held(
+    shifted: BoolArray, specs: Sequence[FeatureSpec], steady: Collection[str]
+) -> tuple[BoolArray, BoolArray]:
+    """A save's or load's holds: (held features, features checked for collapse only).
+
+    The phase moves every feature but the ``steady`` error counters, on every
+    node at once, so their node evidence is held like a shift's, but the hard
+    collapse signatures stay judged against this bucket's peer median: a node
+    whose interrupts or processes collapse while its peers save is still caught.
+    """
+    moved = shifted | np.array([f.name not in steady for f in specs], dtype=bool)
+    collapse = np.array([f.collapse_ratio is not None for f in specs], dtype=bool)
+    held: BoolArray = moved & ~collapse
+    collapse_only: BoolArray = moved & collapse
+    return held, collapse_only
 
 
 @dataclass(frozen=True, eq=False)
@@ -895,7 +951,7 @@ def _matrix(
 
 
 def _regime_check(
-    shifts: Sequence[GroupShift],
+    held: Collection[str],
     levels: GroupLevels,
     names: Sequence[str],
     abs_floor: FloatArray,
@@ -903,13 +959,13 @@ def _regime_check(
 ) -> Callable[[Signal], bool]:
     """Whether a signal of an open alert can no longer be judged against the peers.
 
-    True when its feature is shifted this bucket, or when the alert saw it against
-    a peer median that is not the group's usual level now (more than the shift
-    threshold apart): the culprit's Collapse seen at 300 K interrupts/s says
-    nothing once a long job death has made 50 K/s the usual level. It can be
-    judged again when the group comes back (home) or from a new alert.
+    True when its feature is held this bucket (shifted, or moved by a phase), or
+    when the alert saw it against a peer median that is not the group's usual
+    level now (more than the shift threshold apart): the culprit's Collapse seen
+    at 300 K interrupts/s says nothing once a long job death has made 50 K/s the
+    usual level. It can be judged again when the group comes back (home) or from
+    a new alert.
     """
-    held = {s.feature for s in shifts}
     thr = params.shift_threshold
     usual: dict[str, tuple[float, float]] = {}  # feature → (level, tolerance), built on first use
 
@@ -938,6 +994,7 @@ def _observations(
     max_signals: int,
     gaps: Mapping[str, Sequence[str]],
     composition: Composition,
+    excused: Collection[str] = frozenset(),
 ) -> dict[AlertKey, Observation]:
     unknown = Observation("unknown")
     absent = Observation("absent")
@@ -990,19 +1047,28 @@ def _observations(
             obs[(NODE_DEVIATION, node)] = Observation("present", v.score, v.signals, v.reason)
         else:
             obs[(NODE_DEVIATION, node)] = clear((NODE_DEVIATION, node))
-    obs[(GROUP_DEGRADED, None)] = _group_observation(fused, shifts, max_signals, composition)
+    obs[(GROUP_DEGRADED, None)] = _group_observation(
+        fused, shifts, max_signals, composition, excused
+    )
     return obs
 
 
 def _group_observation(
-    fused: FusedBucket, shifts: Sequence[GroupShift], max_signals: int, composition: Composition
+    fused: FusedBucket,
+    shifts: Sequence[GroupShift],
+    max_signals: int,
+    composition: Composition,
+    excused: Collection[str] = frozenset(),
 ) -> Observation:
     """PeerwatchGroupDegraded's evidence: shifted medians first (largest change), then events.
 
     The score is the share of the group involved: 1 for a shift of the median
     (at least half the group moved), the deviating fraction for an event.
+    ``excused``: features a save or load moves; their shifts and events are the
+    phase's, no evidence (and no evidence clears an open alert: absent).
     """
-    events = fused.group_events
+    shifts = [s for s in shifts if s.feature not in excused]
+    events = [e for e in fused.group_events if e.feature not in excused]
     if not (shifts or events):
         return Observation("absent") if fused.any_reference else Observation("unknown")
     ranked = sorted(shifts, key=lambda s: -abs(s.change))

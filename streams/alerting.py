@@ -69,6 +69,7 @@ def alert_annotations(change: AlertChange) -> dict[str, str]:
         **({"worst_gpu": gpu} if (gpu := _worst_gpu(change)) is not None else {}),
         **({"action": change.action} if change.action else {}),
         **({"lead_s": f"{change.lead_s:.0f}"} if change.lead_s is not None else {}),
+        **dict(change.annotations),
     }
 
 

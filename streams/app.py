@@ -93,6 +93,8 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
         metrics.score_seconds.observe(scored.seconds)
         if scored.result.composition is not None:
             metrics.observe_composition(bucket.group, scored.result.composition)
+        if scored.result.phase is not None:
+            metrics.observe_phase(bucket.group, scored.result.phase.name)
         slo = pipeline.slo_summary(bucket.group)
         if slo is not None:
             verdict = scored.failslow

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from detectors.failslow.slo import SloSummary
+from detectors.phase import PHASES
 from detectors.population import Composition
 
 
@@ -108,8 +109,20 @@ class WorkerMetrics:
             ["sink", "outcome"],
             registry=r,
         )
+        self.group_phase = Gauge(
+            "peerwatch_group_phase",
+            "1 for the group's training phase in its last scored bucket (save, load, "
+            "training, idle), 0 for the others",
+            ["group", "phase"],
+            registry=r,
+        )
         self._slo_gauges()
         self._slo_counters()
+
+    def observe_phase(self, group: str, phase: str) -> None:
+        """One series per phase, so a dashboard can stack them and alerts can join on it."""
+        for name in PHASES:
+            self.group_phase.labels(group=group, phase=name).set(1.0 if name == phase else 0.0)
 
     def _slo_gauges(self) -> None:
         r = self.registry

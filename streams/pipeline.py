@@ -43,6 +43,7 @@ from detectors.failslow.slo import SloParams, SloSummary, summarise
 from detectors.features import DEFAULT_FEATURES, FeatureSpec, class_of, select_features
 from detectors.gpu_health import GpuHealthParams
 from detectors.group import BucketResult, GroupState, ScoringParams, score_bucket
+from detectors.phase import Phase
 from detectors.xid import XidCatalog, XidEvent
 from streams.catalog import load_xid_catalog
 from streams.node_health import NodeHealth
@@ -186,8 +187,8 @@ class Pipeline:
                 Scored(
                     bucket,
                     result,
-                    [*peer_changes, *gpu_changes, *slow_changes],
-                    [*peer_active, *gpu_active, *slow_active],
+                    with_phase([*peer_changes, *gpu_changes, *slow_changes], result.phase),
+                    with_phase([*peer_active, *gpu_active, *slow_active], result.phase),
                     time.perf_counter() - started,
                     verdict,
                 )
@@ -292,6 +293,17 @@ class Pipeline:
             (str(name), None if node is None else str(node)): tuple(sorted(labels.items()))
             for name, node, labels in snap.get("identity", ())
         }
+
+
+def with_phase(changes: Sequence[AlertChange], phase: Phase | None) -> list[AlertChange]:
+    """Every alert of the group carries the bucket's training phase as an annotation."""
+    if phase is None:
+        return list(changes)
+    text = phase.describe()
+    return [
+        replace(c, annotations=tuple(sorted({**dict(c.annotations), "phase": text}.items())))
+        for c in changes
+    ]
 
 
 def failslow_params(bucket_ms: int) -> FailSlowParams:
