@@ -36,6 +36,9 @@ class Settings(BaseSettings):
         2, ge=0, description="a node keeps its group this many buckets without its label"
     )
     role_labels: list[str] = Field([], description="first present names a node's role")
+    # the scheduler's job -> nodes events (streams.ingest.membership): they outrank labels
+    membership_file: Path | None = Field(None, description="JSON-lines file of job events")
+    topic_jobs: str | None = Field(None, description="Kafka topic of job events (key = job)")
     # HA Prometheus pairs: one replica per cluster (Cortex / Mimir's HA tracker)
     replica_labels: list[str] = ["prometheus_replica", "__replica__"]
     ha_cluster_labels: list[str] = ["cluster"]

@@ -22,19 +22,24 @@ the reason; the sources log it and go on with the next line.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
+
+from aiokafka import AIOKafkaConsumer
+from aiokafka.errors import KafkaError
 
 __all__ = [
     "JobMembership",
     "MembershipError",
     "MembershipEvent",
     "MembershipFile",
+    "MembershipFollower",
     "parse_event",
 ]
 
@@ -174,3 +179,90 @@ class MembershipFile:
                     self._line,
                     exc,
                 )
+
+
+# --- following the sources ----------------------------------------------------------------------
+
+
+class MembershipFollower:
+    """Applies the scheduler's events to ``assign(node, job | None)`` as they come.
+
+    Sources: a JSON-lines file polled every ``poll_s`` seconds, and/or a Kafka
+    topic read from its beginning by every ingest replica (no consumer group:
+    each replica needs the whole table). Bad events are logged and skipped;
+    an unreachable broker is retried with backoff while the file source goes on.
+    """
+
+    def __init__(
+        self,
+        assign: Callable[[str, str | None], None],
+        *,
+        path: str | Path | None = None,
+        bootstrap: str | None = None,
+        topic: str | None = None,
+        poll_s: float = 2.0,
+    ) -> None:
+        self._assign = assign
+        self.table = JobMembership()
+        self._file = MembershipFile(path) if path else None
+        self._bootstrap, self._topic = bootstrap, topic
+        self._poll_s = poll_s
+        self.events = 0
+        self.rejected = 0
+
+    def apply(self, event: MembershipEvent) -> None:
+        self.events += 1
+        for node, job in self.table.apply(event).items():
+            self._assign(node, job)
+            log.info("membership_changed node=%s job=%s", node, job)
+
+    def poll_file(self) -> None:
+        if self._file is not None:
+            for event in self._file.poll():
+                self.apply(event)
+
+    async def run(self) -> None:
+        tasks = []
+        if self._file is not None:
+            tasks.append(asyncio.create_task(self._follow_file(), name="membership-file"))
+        if self._bootstrap and self._topic:
+            tasks.append(asyncio.create_task(self._follow_topic(), name="membership-topic"))
+        if tasks:
+            await asyncio.gather(*tasks)
+
+    async def _follow_file(self) -> None:
+        while True:
+            self.poll_file()
+            await asyncio.sleep(self._poll_s)
+
+    async def _follow_topic(self) -> None:
+        backoff = 0.5
+        while True:
+            consumer = AIOKafkaConsumer(
+                self._topic,
+                bootstrap_servers=self._bootstrap,
+                group_id=None,
+                auto_offset_reset="earliest",
+                enable_auto_commit=False,
+            )
+            try:
+                await consumer.start()
+                backoff = 0.5
+                async for message in consumer:
+                    try:
+                        self.apply(parse_event(message.value or b""))
+                    except MembershipError as exc:
+                        self.rejected += 1
+                        log.warning(
+                            "membership_event_rejected topic=%s partition=%d offset=%d reason=%s",
+                            message.topic,
+                            message.partition,
+                            message.offset,
+                            exc,
+                        )
+            except KafkaError as exc:
+                log.warning("membership_topic_unavailable topic=%s error=%r", self._topic, exc)
+            finally:
+                await consumer.stop()
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 30.0)

@@ -33,6 +33,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from streams.ingest.frames import AddStats, FrameData, frame_builder_for
+from streams.ingest.membership import MembershipFollower
 from streams.ingest.producer import FrameProducer
 from streams.ingest.remote_write import RemoteWriteError, WriteRequestDecoder
 from streams.metrics import IngestMetrics
@@ -68,6 +69,16 @@ class Ingest:
         }
         self.down: dict[str, BaseException] = {}
         self.restart_min_s = RESTART_MIN_S
+        self.membership: MembershipFollower | None = None
+        if settings.membership_file or settings.topic_jobs:
+            self.membership = MembershipFollower(
+                # the builder lives on the work thread: assignments queue there, in order
+                lambda node, job: self._work.submit(self.builder.assign, node, job),
+                path=settings.membership_file,
+                bootstrap=settings.broker_host_port,
+                topic=settings.topic_jobs,
+            )
+            self.tasks["membership"] = self.membership.run
 
     def _reply(self, status: int, text: str | None = None) -> web.Response:
         self.metrics.requests.labels(code=str(status)).inc()
