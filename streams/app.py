@@ -120,12 +120,48 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
             sink.keep_firing(to_payload(a) for a in scored.active)
 
     held = BucketAcks()  # frames of open buckets: acked once scored (streams.acks)
+    partition_of: dict[str, int] = {}  # group -> the frames partition it arrives on
+    owned: set[int] = set()  # frames partitions assigned to this worker
+    lost: set[int] = set()  # frames partitions a rebalance took away, groups not yet forgotten
+
+    def forget_lost_groups() -> None:
+        # Their state, open buckets and re-sends are the new owner's now (it restores the
+        # table and gets the unacked frames again); kept here, they would go stale.
+        for group in [g for g, p in partition_of.items() if p in lost]:
+            pipeline.forget(group)
+            held.drop(group)
+            del partition_of[group]
+            if (sink := sink_holder.get("am")) is not None:
+                sink.forget_group(group)
+            log.info("group_moved group=%s", group)
+        lost.clear()
+
+    @app.on_partitions_revoked.connect
+    async def _partitions_revoked(sender: Any, revoked: set[Any], **kwargs: Any) -> None:
+        # Stop re-sending at once: a worker that is leaving runs no agent step again, and a
+        # re-send after the new owner resolved an alert would make it fire again. A group
+        # that comes back here is put on the re-send schedule by its next bucket.
+        gone = {tp.partition for tp in revoked if tp.topic == settings.topic_frames}
+        if (sink := sink_holder.get("am")) is not None:
+            for group in [g for g, p in partition_of.items() if p in gone]:
+                sink.forget_group(group)
+
+    @app.on_partitions_assigned.connect
+    async def _partitions_assigned(sender: Any, assigned: set[Any], **kwargs: Any) -> None:
+        # Forgotten by the agent between two frames, never under one half-processed.
+        now = {tp.partition for tp in assigned if tp.topic == settings.topic_frames}
+        lost.update(owned - now)
+        owned.clear()
+        owned.update(now)
 
     @app.agent(frames_topic)
     async def score_frames(stream: Any) -> None:
         async for event in stream.noack().events():
+            if lost:
+                forget_lost_groups()
             frame, done = event.value, event
             group = frame.group
+            partition_of[group] = event.message.partition
             if group not in pipeline.windows and (snap := state_table.get(group)):
                 pipeline.restore(group, snap)
                 log.info("group_restored group=%s", group)

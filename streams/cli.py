@@ -1,4 +1,4 @@
-"""`peerwatch` command line: demo | ingest | worker | simulate.
+"""`peerwatch` command line: demo | ingest | worker | simulate | evaluate | chaos | ….
 
 Each command builds one ``Settings`` (file < env < flags) and hands it to the
 part that runs. Only peerwatch's own errors and bad settings are caught here and
@@ -338,6 +338,71 @@ def evaluate(
             title=f"{first.scenario} seed {first.seed}: node scores",
         )
         click.echo(f"plot: {plot}", err=True)
+
+
+@main.command()
+@click.option("--groups", default=4, show_default=True, help="Simulated jobs (peer groups).")
+@click.option("--nodes", default=16, show_default=True, help="Nodes per job.")
+@click.option("--rounds", default=660, show_default=True, help="Scrape rounds (30 s each).")
+@click.option("--rounds-per-s", default=1.0, show_default=True, help="Streaming pace.")
+@click.option("--workers", default=2, show_default=True)
+@click.option(
+    "--faults",
+    default=None,
+    help="KIND@AT[:SECONDS],... (wall seconds into the stream); kinds: kill-worker, "
+    "kill-ingest, restart-broker, am-outage, am-stall, worker-join, worker-leave. "
+    "Default: every fault once, a 5-minute Alertmanager outage last.",
+)
+@click.option("--resend-s", default=60.0, show_default=True, help="Workers' Alertmanager re-send.")
+@click.option("--kafka", default=None, help="Use this broker (host:port): no broker restart.")
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path))
+def chaos(
+    groups: int,
+    nodes: int,
+    rounds: int,
+    rounds_per_s: float,
+    workers: int,
+    faults: str | None,
+    resend_s: float,
+    kafka: str | None,
+    workdir: Path | None,
+    json_path: Path | None,
+) -> None:
+    """Stream simulated jobs through real Kafka, Alertmanager, ingest and workers while
+    killing and stalling them; report samples, buckets and alerts lost or doubled."""
+    import asyncio
+    import json
+    import tempfile
+
+    from streams.chaos.faults import parse_faults
+    from streams.chaos.run import DEFAULT_FAULTS, ChaosPlan, run_chaos
+    from streams.services import ServiceError
+
+    try:
+        plan = ChaosPlan(
+            groups=groups,
+            nodes=nodes,
+            rounds=rounds,
+            rounds_per_s=rounds_per_s,
+            faults=parse_faults(DEFAULT_FAULTS if faults is None else faults),
+            workers=workers,
+            resend_s=resend_s,
+        )
+    except ValueError as exc:
+        raise click.ClickException(f"ValueError: {exc}") from exc
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per poll otherwise
+    where = workdir or Path(tempfile.mkdtemp(prefix="peerwatch-chaos-"))
+    click.echo(f"lab in {where}; streaming {plan.stream_s:.0f} s", err=True)
+    try:
+        report = asyncio.run(run_chaos(plan, where, kafka))
+    except (ServiceError, ValueError) as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+    click.echo(report.render())
+    if json_path:
+        json_path.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+    if not report.ok:
+        sys.exit(1)
 
 
 @main.command("xid-log")

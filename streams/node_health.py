@@ -170,6 +170,12 @@ class NodeHealth:
         if old is not None:
             self._homed[old.home].discard(node)
 
+    def forget_group(self, group: str) -> None:
+        """Drop the nodes homed in ``group`` (it moved to another worker with its snapshot)."""
+        for node in list(self._homed.pop(group, ())):
+            self._nodes.pop(node, None)
+            self._log_xids.pop(node, None)
+
     # --- the home group's snapshot ------------------------------------------------------------
 
     def snapshot(self, group: str) -> dict[str, Any]:

@@ -262,6 +262,15 @@ class Pipeline:
         """Groups with an open bucket past its grace period (a timer should wake them)."""
         return [g for g, w in self.windows.items() if w.oldest_open_age(now_s) >= self.grace_s]
 
+    def forget(self, group: str) -> None:
+        """Drop everything held for ``group``: another worker owns it now (a rebalance), and
+        if it comes back here it must be restored from the table, not from stale memory."""
+        self.windows.pop(group, None)
+        self.states.pop(group, None)
+        self.failslow_groups.pop(group, None)
+        self.identities.pop(group, None)
+        self.node_health.forget_group(group)
+
     def snapshot(self, group: str) -> dict[str, Any]:
         state = self.states.get(group)
         slow = self.failslow_groups.get(group)

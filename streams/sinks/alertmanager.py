@@ -85,6 +85,12 @@ class AlertmanagerSink:
         for alert in alerts:
             self._firing.setdefault(_key(alert["labels"]), alert)
 
+    def forget_group(self, group: str) -> None:
+        """Stop re-sending ``group``'s firing alerts: another worker owns the group now and
+        re-sends (or resolves) them itself. Undelivered states stay queued."""
+        for key in [k for k, a in self._firing.items() if a["labels"].get("group") == group]:
+            del self._firing[key]
+
     @property
     def pending(self) -> int:
         return len(self._outbox)
