@@ -60,8 +60,27 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
         stream_wait_empty=False,
         producer_acks=-1,
     )
-    frames_topic = app.topic(
-        settings.topic_frames, key_type=str, value_type=Frame, partitions=settings.topic_partitions
+    health = _Health(metrics)
+
+    class FramesTopic(faust.Topic):  # type: ignore[misc]
+        """The frames topic; an undecodable message is logged, counted and skipped.
+
+        Faust acks such a message, then by default throws the error into the
+        agent, which crashes and restarts on the next one.
+        """
+
+        async def on_key_decode_error(self, exc: Exception, message: Any) -> None:
+            health.skip("decode", exc, message)
+
+        async def on_value_decode_error(self, exc: Exception, message: Any) -> None:
+            health.skip("decode", exc, message)
+
+    frames_topic = FramesTopic(
+        app,
+        topics=[settings.topic_frames],
+        key_type=str,
+        value_type=Frame,
+        partitions=settings.topic_partitions,
     )
     alerts_topic = app.topic(
         settings.topic_alerts,
@@ -154,39 +173,57 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
         owned.clear()
         owned.update(now)
 
+    async def handle_frame(event: Any) -> None:
+        if lost:
+            forget_lost_groups()
+        frame, done = event.value, event
+        group = frame.group
+        partition_of[group] = event.message.partition
+        if group not in pipeline.windows and (snap := state_table.get(group)):
+            pipeline.restore(group, snap)
+            log.info("group_restored group=%s", group)
+        now = time.time()
+        if frame.left:
+            pipeline.leave(group, frame.node)
+            log.info("node_left group=%s node=%s", group, frame.node)
+        elif frame.node:
+            metrics.frames.inc()
+            if pipeline.add(group, frame.node, frame.ts, frame.values, frame.gpus, now, frame.role):
+                held.hold(group, frame.ts, event)
+                done = None
+            else:
+                metrics.frames_late.labels(group=group).inc()
+                log.debug("frame_late group=%s node=%s ts=%d", group, frame.node, frame.ts)
+        scored = pipeline.due(group, now)
+        for item in scored:
+            await publish(item)
+        if scored:
+            state_table[group] = pipeline.snapshot(group)
+        held.release(group, pipeline.window(group).closed_upto)
+        if done is not None:
+            done.ack()
+
     @app.agent(frames_topic)
     async def score_frames(stream: Any) -> None:
-        async for event in stream.noack().events():
-            if lost:
-                forget_lost_groups()
-            frame, done = event.value, event
-            group = frame.group
-            partition_of[group] = event.message.partition
-            if group not in pipeline.windows and (snap := state_table.get(group)):
-                pipeline.restore(group, snap)
-                log.info("group_restored group=%s", group)
-            now = time.time()
-            if frame.left:
-                pipeline.leave(group, frame.node)
-                log.info("node_left group=%s node=%s", group, frame.node)
-            elif frame.node:
-                metrics.frames.inc()
-                if pipeline.add(
-                    group, frame.node, frame.ts, frame.values, frame.gpus, now, frame.role
-                ):
-                    held.hold(group, frame.ts, event)
-                    done = None
-                else:
-                    metrics.frames_late.labels(group=group).inc()
-                    log.debug("frame_late group=%s node=%s ts=%d", group, frame.node, frame.ts)
-            scored = pipeline.due(group, now)
-            for item in scored:
-                await publish(item)
-            if scored:
-                state_table[group] = pipeline.snapshot(group)
-            held.release(group, pipeline.window(group).closed_upto)
-            if done is not None:
-                done.ack()
+        health.agent_running(True)
+        try:
+            async for event in stream.noack().events():
+                try:
+                    if (problem := frame_problem(event.value)) is not None:
+                        health.skip("decode", ValueError(problem), event.message)
+                        event.ack()
+                        continue
+                    await handle_frame(event)
+                except Exception as exc:  # one frame's (or one bucket's) fault: skip it
+                    health.skip("score", exc, event.message)
+                    event.ack()  # (acking twice is harmless if it was held)
+        except asyncio.CancelledError:
+            raise
+        except BaseException:
+            log.exception("agent_died agent=score_frames")
+            raise
+        finally:
+            health.agent_running(False)
 
     xid_topic = app.topic(
         settings.topic_xid, key_type=str, value_type=XidLine, partitions=settings.topic_partitions
@@ -209,7 +246,7 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
 
     @app.on_rebalance_complete.connect
     async def _assigned(sender: Any, **kwargs: Any) -> None:
-        metrics.ready.set(1)
+        health.assigned()
 
     @app.timer(TICK_EVERY_S)
     async def wake_quiet_groups() -> None:
@@ -254,6 +291,58 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
 
     app.peerwatch_pipeline = pipeline  # type: ignore[attr-defined]  # for tests and the demo
     return app
+
+
+def frame_problem(frame: Frame) -> str | None:
+    """What makes a decoded record unusable as a frame (JSON decodes any types), or None."""
+    if not (isinstance(frame.group, str) and isinstance(frame.node, str)):
+        return "group and node must be strings"
+    if type(frame.ts) is not int:
+        return f"ts must be an integer, got {frame.ts!r:.40}"
+    if not isinstance(frame.values, dict) or not all(
+        isinstance(k, str) and type(v) in (float, int) for k, v in frame.values.items()
+    ):
+        return "values must map feature names to numbers"
+    if not isinstance(frame.gpus, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in frame.gpus.items()
+    ):
+        return "gpus must map feature names to GPU names"
+    if not (frame.role is None or isinstance(frame.role, str)) or type(frame.left) is not bool:
+        return "role must be a string or null, left a boolean"
+    return None
+
+
+class _Health:
+    """``peerwatch_worker_ready``: 1 once partitions are assigned and while the frames agent
+    runs; and the skipping of frames that cannot be handled (logged with their offset)."""
+
+    def __init__(self, metrics: WorkerMetrics) -> None:
+        self.metrics = metrics
+        self._assigned = False
+        self._agent = False
+
+    def assigned(self) -> None:
+        self._assigned = True
+        self._update()
+
+    def agent_running(self, running: bool) -> None:
+        self._agent = running
+        self._update()
+
+    def _update(self) -> None:
+        self.metrics.ready.set(1 if self._assigned and self._agent else 0)
+
+    def skip(self, stage: str, exc: BaseException, message: Any) -> None:
+        self.metrics.frames_failed.labels(stage=stage).inc()
+        log.error(
+            "frame_skipped stage=%s topic=%s partition=%s offset=%s error=%.300r",
+            stage,
+            getattr(message, "topic", "?"),
+            getattr(message, "partition", "?"),
+            getattr(message, "offset", "?"),
+            exc,
+            exc_info=exc,
+        )
 
 
 def run_worker(settings: Settings, loglevel: str = "info") -> None:

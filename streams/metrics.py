@@ -66,9 +66,17 @@ class WorkerMetrics:
     def __post_init__(self) -> None:
         r = self.registry
         self.ready = Gauge(
-            "peerwatch_worker_ready", "1 once the worker owns its partitions", registry=r
+            "peerwatch_worker_ready",
+            "1 while the worker owns its partitions and its frames agent runs",
+            registry=r,
         )
         self.frames = Counter("peerwatch_worker_frames", "frames consumed", registry=r)
+        self.frames_failed = Counter(
+            "peerwatch_worker_frames_failed",
+            "frames skipped: undecodable (decode) or their handling raised (score)",
+            ["stage"],
+            registry=r,
+        )
         self.frames_late = Counter(
             "peerwatch_worker_frames_late",
             "frames dropped because their bucket was already scored",
