@@ -55,6 +55,15 @@ class IngestMetrics:
             ["reason"],
             registry=r,
         )
+        self.features_dropped = Counter(
+            "peerwatch_ingest_frame_features_dropped",
+            "features left out of a built frame (a sum or rate out of the float range), by reason",
+            ["reason"],
+            registry=r,
+        )
+        self.ha_failovers = Counter(
+            "peerwatch_ingest_ha_failovers", "HA Prometheus replica elections changed", registry=r
+        )
 
 
 @dataclass

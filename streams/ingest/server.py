@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, generate_latest
 
 from streams.ingest.frames import AddStats, FrameData, frame_builder_for
 from streams.ingest.membership import MembershipFollower
@@ -62,6 +62,7 @@ class Ingest:
         # The one thread that touches the decoder and the builder (neither is thread-safe).
         self._work = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-work")
         self._in_flight = 0
+        self._exported: dict[str, int] = {}  # builder totals already in ``metrics``
         # The supervised background tasks, by name; a failed one is in ``down`` until restarted.
         self.tasks: dict[str, Callable[[], Awaitable[None]]] = {
             "producer": self._produce,
@@ -153,9 +154,24 @@ class Ingest:
 
     def _close_due(self) -> list[FrameData]:
         """On the work thread: the frames whose buckets are due."""
-        return self.builder.close_due_by_watermark(
+        frames = self.builder.close_due_by_watermark(
             now_s=time.time(), idle_s=self.settings.ingest_idle_flush_s
         )
+        self._export_builder_counts()
+        return frames
+
+    def _export_builder_counts(self) -> None:
+        """The builder's running totals outside ``add`` as counter increments."""
+        builder = self.builder
+        for reason, total in builder.dropped_results.items():
+            self._export(self.metrics.features_dropped.labels(reason=reason), reason, total)
+        self._export(self.metrics.ha_failovers, "ha_failovers", builder.ha.failovers)
+
+    def _export(self, counter: Counter, name: str, total: int) -> None:
+        step = total - self._exported.get(name, 0)
+        if step:
+            counter.inc(step)
+            self._exported[name] = total
 
     async def metrics_page(self, request: web.Request) -> web.Response:
         return web.Response(
