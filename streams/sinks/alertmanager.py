@@ -27,6 +27,8 @@ from typing import Any
 
 import httpx
 
+from streams.sinks.credentials import without_userinfo
+
 log = logging.getLogger("peerwatch.alertmanager")
 
 Payload = dict[str, Any]
@@ -55,7 +57,8 @@ class AlertmanagerSink:
         clock: Callable[[], float] = time.time,
         on_result: Callable[[str, int], None] | None = None,
     ) -> None:
-        self._endpoint = url.rstrip("/") + "/api/v2/alerts"
+        base, self._auth = without_userinfo(url)  # no password in what httpx logs
+        self._endpoint = base.rstrip("/") + "/api/v2/alerts"
         self._client = client
         self._resend_s = resend_s
         self._backoff_max_s = backoff_max_s
@@ -117,7 +120,9 @@ class AlertmanagerSink:
         now = self._clock()
         body = [self._wire(a, now) for a in batch.values()]
         try:
-            reply = await self._client.post(self._endpoint, json=body, timeout=10.0)
+            reply = await self._client.post(
+                self._endpoint, json=body, timeout=10.0, auth=self._auth
+            )
         except httpx.TransportError as exc:
             log.warning("alertmanager_unavailable error=%r pending=%d", exc, len(batch))
             self._on_result("unavailable", len(batch))

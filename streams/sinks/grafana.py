@@ -25,6 +25,7 @@ import httpx
 
 from detectors.alerts import AlertChange
 from streams.alerting import alert_annotations, alert_labels
+from streams.sinks.credentials import without_userinfo
 
 log = logging.getLogger("peerwatch.grafana")
 
@@ -46,7 +47,8 @@ class GrafanaSink:
         bucket_ms: int = 30_000,
         backoff_max_s: float = 30.0,
     ) -> None:
-        self._base = url.rstrip("/")
+        base, self._auth = without_userinfo(url)  # no password in what httpx logs
+        self._base = base.rstrip("/")
         self._client = client
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._dashboard_uid = dashboard_uid
@@ -104,7 +106,7 @@ class GrafanaSink:
                 headers=self._headers,
             )
         try:
-            reply = await self._client.send(request)
+            reply = await self._client.send(request, auth=self._auth)
         except httpx.TransportError as exc:
             log.warning("grafana_unavailable error=%r pending=%d", exc, len(self._queue))
             return False

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -336,3 +337,31 @@ async def test_a_node_incident_whose_worst_gpu_changes_is_one_alert_and_resolves
         await asyncio.sleep(0.6)  # resend ticks must not bring a stale label set back
         assert await node_alerts(client, alertmanager_url, node) == []
     assert seen_while_firing == [1, 1, 1, 1, 1, 1]
+
+
+# --- secrets ------------------------------------------------------------------------------------
+
+
+async def test_the_url_password_reaches_no_log_and_still_authenticates(
+    alertmanager_url: str, client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A URL with userinfo: the alert is delivered (as Basic auth), and no log record of any
+    logger, at any level, holds the password (httpx logged each request's URL at INFO)."""
+    marker = f"pw-{uuid.uuid4().hex}"
+    name = unique_alertname()
+    host = alertmanager_url.split("://", 1)[1]
+    sink = AlertmanagerSink(f"http://peerwatch:{marker}@{host}", client)
+    seen: list[httpx.Request] = []
+
+    async def keep(request: httpx.Request) -> None:
+        seen.append(request)
+
+    client.event_hooks["request"].append(keep)
+    caplog.set_level(logging.DEBUG)
+    async with running(sink):
+        sink.submit([alert(name)])
+        await wait_for(lambda: active_alerts(client, alertmanager_url, name))
+    posts = [r for r in seen if r.method == "POST"]
+    assert posts and all(r.headers["authorization"].startswith("Basic ") for r in posts)
+    assert any(r.name == "httpx" for r in caplog.records)  # httpx did log the requests
+    assert not [r.getMessage() for r in caplog.records if marker in r.getMessage()]
