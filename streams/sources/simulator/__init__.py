@@ -11,6 +11,9 @@
 
 The scenario library (``scenarios``) builds seeded, labelled configs from
 these parts; ``remap_series`` is the fast path for weeks of row-remap creep.
+``fleet`` holds the shapes real fleets send (job labels on some exporters only,
+spread scrape offsets, HA replica pairs, vanishing job labels, role labels) and
+``real_fleet`` the randomised scenarios built on them.
 """
 
 from streams.sources.simulator.calibration import Calibration
