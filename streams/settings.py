@@ -112,13 +112,47 @@ class Settings(BaseSettings):
         return ",".join(u.split("://", 1)[-1] for u in self.kafka.split(";"))
 
 
+_MAX_FILE_BYTES = 256 * 1024  # a settings file is a few KB; bounds the parsers' time
+_MAX_BRACKET_DEPTH = 64
+
+
+def _bracket_depth(raw: bytes) -> int:
+    """Deepest nesting of ``[`` / ``{`` (quotes ignored: an upper bound is all it needs)."""
+    depth = deepest = 0
+    for byte in raw.translate(None, delete=bytes(set(range(256)) - set(b"[]{}"))):
+        if byte in b"[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth = max(depth - 1, 0)
+    return deepest
+
+
 def _read_file(path: Path) -> dict[str, Any]:
-    text = path.read_text()
-    data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
+    """The file's settings; ``ValueError`` naming the file for anything that is not a
+    mapping of names to values (the CLI prints those; YAML's own errors are no ValueError)."""
+    kind = "TOML" if path.suffix == ".toml" else "YAML"
+    raw = path.read_bytes()
+    if len(raw) > _MAX_FILE_BYTES:
+        raise ValueError(f"{path}: {len(raw)} bytes; a settings file is at most {_MAX_FILE_BYTES}")
+    if _bracket_depth(raw) > _MAX_BRACKET_DEPTH:
+        # PyYAML's scanner is quadratic in flow nesting (5,000 '[' took 7 s before it
+        # gave up): refuse before parsing. Settings nest two levels deep.
+        raise ValueError(f"{path}: nested too deeply to be a settings file")
+    try:
+        text = raw.decode("utf-8")
+        data = tomllib.loads(text) if kind == "TOML" else yaml.safe_load(text)
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        raise ValueError(f"{path}: not valid {kind}: {exc}") from None
+    except RecursionError:
+        raise ValueError(f"{path}: nested too deeply to be a settings file") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping of setting names to values")
+    names = [k for k in data if not isinstance(k, str)]
+    if names:
+        raise ValueError(f"{path}: setting names are strings, got {names[0]!r}")
     return {k.replace("-", "_"): v for k, v in data.items()}
 
 

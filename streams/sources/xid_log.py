@@ -16,7 +16,8 @@ import asyncio
 import logging
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from typing import BinaryIO
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
@@ -54,5 +55,15 @@ async def ship_xid_lines(lines: Iterable[str], settings: Settings, node: str, gr
     return sent
 
 
+def kernel_lines(stream: BinaryIO) -> Iterator[str]:
+    """Lines of a kernel log byte stream; bytes that are not UTF-8 become U+FFFD.
+
+    The kernel log carries whatever drivers print; one stray byte must not stop the
+    shipper (strict decoding of ``sys.stdin`` raised ``UnicodeDecodeError`` there).
+    """
+    for raw in stream:
+        yield raw.decode("utf-8", "replace")
+
+
 def run_xid_log(settings: Settings, node: str, group: str) -> int:
-    return asyncio.run(ship_xid_lines(sys.stdin, settings, node, group))
+    return asyncio.run(ship_xid_lines(kernel_lines(sys.stdin.buffer), settings, node, group))

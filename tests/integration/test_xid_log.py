@@ -8,7 +8,11 @@ the driver's "fallen off the bus" line without an Xid prefix is the same XID.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -16,7 +20,7 @@ import pytest
 from streams.settings import Settings
 from streams.sources.simulator import ClusterConfig, replay
 from streams.sources.xid_log import ship_xid_lines
-from tests.integration.harness import Deployment, alerts_in_alertmanager, wait_for
+from tests.integration.harness import Deployment, alerts_in_alertmanager, read_topic, wait_for
 
 BUCKET_MS = 30_000
 LINE = (
@@ -67,3 +71,27 @@ async def test_a_kernel_xid_line_pages_with_its_action(
     assert alert["labels"]["gpu"] == gpu
     assert alert["labels"]["severity"] == "critical"
     assert alert["annotations"]["action"] in {"RESTART_BM", "CONTACT_SUPPORT"}
+
+
+async def test_xid_log_ships_xid_lines_with_bytes_that_are_not_utf8(kafka_bootstrap: str) -> None:
+    """`peerwatch xid-log` reads stdin as bytes (drivers print anything): a stray byte once
+    stopped it, by UnicodeDecodeError on reading or, under surrogateescape, on sending."""
+    topic = f"xid-bytes-{uuid.uuid4().hex[:8]}"
+    env = {
+        **os.environ,
+        "PEERWATCH_KAFKA": f"kafka://{kafka_bootstrap}",
+        "PEERWATCH_TOPIC_XID": topic,
+    }
+    bad_line = LINE.encode().replace(b"name=python", b"name=py\xffthon")
+    done = subprocess.run(
+        [sys.executable, "-m", "streams", "xid-log", "--node", "gpu070", "--group", "job-x"],
+        input=b"usb 1-1: \xfe garbage \xc3(\n" + bad_line + b"\n",
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
+    assert b"sent 1 XID lines" in done.stderr
+    (record,) = await read_topic(kafka_bootstrap, topic)
+    assert record["node"] == "gpu070"
+    assert record["line"] == LINE.replace("name=python", "name=py\ufffdthon")
