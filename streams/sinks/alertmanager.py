@@ -5,8 +5,9 @@ latest state per label set: an outage of any length costs memory bounded by the
 number of distinct alerts, and when Alertmanager is back it receives exactly the
 current truth. Firing alerts are re-sent every ``resend_s`` with
 ``endsAt = now + 4 × resend_s`` (as Prometheus does), so Alertmanager resolves
-them by itself if peerwatch dies; resolved alerts are sent once with
-``endsAt = now``.
+them by itself if peerwatch dies; resolved alerts are re-sent with their
+resolve time as ``endsAt`` for ``resolved_resend_s`` (Prometheus: 15 min), so
+a stale "firing" that a stalled connection delivers late is overruled.
 
 Errors::
 
@@ -53,6 +54,7 @@ class AlertmanagerSink:
         client: httpx.AsyncClient,
         *,
         resend_s: float = 60.0,
+        resolved_resend_s: float = 15 * 60.0,
         backoff_max_s: float = 30.0,
         clock: Callable[[], float] = time.time,
         on_result: Callable[[str, int], None] | None = None,
@@ -64,7 +66,11 @@ class AlertmanagerSink:
         self._backoff_max_s = backoff_max_s
         self._clock = clock
         self._on_result = on_result or (lambda outcome, n: None)
+        self._resolved_resend_s = resolved_resend_s
         self._firing: dict[tuple, Payload] = {}  # alerts to keep re-sending
+        # Resolved alerts, re-sent until the deadline (as Prometheus does for 15 min): a stale
+        # "firing" that a stalled network delivers after the resolve is overruled again.
+        self._resolved: dict[tuple, tuple[Payload, float]] = {}
         self._outbox: dict[tuple, Payload] = {}  # latest undelivered state per alert
         self._wake = asyncio.Event()
 
@@ -74,8 +80,12 @@ class AlertmanagerSink:
             key = _key(alert["labels"])
             if alert.get("status") == "resolved":
                 self._firing.pop(key, None)
+                now = self._clock()
+                alert = {**alert, "ends_at_s": now}  # one endsAt for every re-send
+                self._resolved[key] = (alert, now + self._resolved_resend_s)
             else:
                 self._firing[key] = alert
+                self._resolved.pop(key, None)
             self._outbox[key] = alert
         self._wake.set()
 
@@ -93,6 +103,8 @@ class AlertmanagerSink:
         re-sends (or resolves) them itself. Undelivered states stay queued."""
         for key in [k for k, a in self._firing.items() if a["labels"].get("group") == group]:
             del self._firing[key]
+        for key in [k for k, (a, _) in self._resolved.items() if a["labels"]["group"] == group]:
+            del self._resolved[key]
 
     @property
     def pending(self) -> int:
@@ -101,7 +113,7 @@ class AlertmanagerSink:
     def _wire(self, alert: Payload, now: float) -> Payload:
         starts = min(alert["starts_at_s"], now)  # replays may run ahead of the wall clock
         if alert.get("status") == "resolved":
-            ends = max(now, starts + 0.001)
+            ends = max(alert.get("ends_at_s", now), starts + 0.001)
         else:
             ends = now + 4 * self._resend_s
         return {
@@ -161,6 +173,11 @@ class AlertmanagerSink:
             if self._clock() >= next_resend:
                 for key, alert in self._firing.items():
                     self._outbox.setdefault(key, alert)
+                for key, (alert, until) in list(self._resolved.items()):
+                    if self._clock() < until:
+                        self._outbox.setdefault(key, alert)
+                    else:
+                        del self._resolved[key]
                 next_resend = self._clock() + self._resend_s
             while not await self.flush():
                 await asyncio.sleep(backoff)

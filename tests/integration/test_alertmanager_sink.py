@@ -26,7 +26,7 @@ from detectors.alerts import NODE_COLLAPSE, AlertParams, Observation, step_alert
 from detectors.fusion import Signal
 from streams.alerting import to_payload
 from streams.services import Alertmanager, free_port
-from streams.sinks.alertmanager import AlertmanagerSink
+from streams.sinks.alertmanager import AlertmanagerSink, rfc3339
 
 ARRIVE_TIMEOUT_S = 10.0
 
@@ -262,10 +262,15 @@ async def test_resend_loop_moves_endsat_of_firing_alerts_forward(
 async def test_resend_loop_stops_resending_a_resolved_alert(
     alertmanager_url: str, client: httpx.AsyncClient
 ) -> None:
+    """... once its ``resolved_resend_s`` has passed."""
     name = unique_alertname()
     posted: list[str] = []
     sink = AlertmanagerSink(
-        alertmanager_url, client, resend_s=0.3, on_result=lambda o, n: posted.append(o)
+        alertmanager_url,
+        client,
+        resend_s=0.3,
+        resolved_resend_s=0.5,
+        on_result=lambda o, n: posted.append(o),
     )
     async with running(sink):
         sink.submit([alert(name)])
@@ -276,10 +281,38 @@ async def test_resend_loop_stops_resending_a_resolved_alert(
             return not await active_alerts(client, alertmanager_url, name)
 
         await wait_for(gone)
+        await asyncio.sleep(0.8)  # past the resolved re-sends
         sends = len(posted)
         await asyncio.sleep(1.0)  # three resend ticks
     assert len(posted) == sends
     assert await active_alerts(client, alertmanager_url, name) == []
+
+
+async def test_a_stale_firing_delivered_after_the_resolve_is_overruled_by_a_resend(
+    alertmanager_url: str, client: httpx.AsyncClient
+) -> None:
+    """A request held by a stalled network reaches Alertmanager after the resolve (seen in
+    `peerwatch chaos` with am-stall): the resolved state is re-sent and wins again."""
+    name = unique_alertname()
+    sink = AlertmanagerSink(alertmanager_url, client, resend_s=0.3)
+    async with running(sink):
+        sink.submit([alert(name)])
+        await wait_for(lambda: active_alerts(client, alertmanager_url, name))
+        # the firing state as a worker with the default re-send period sent it: 4 min endsAt
+        stale = {
+            "labels": alert(name)["labels"],
+            "startsAt": rfc3339(time.time() - 60),
+            "endsAt": rfc3339(time.time() + 240),
+        }
+        sink.submit([alert(name, status="resolved")])
+
+        async def gone() -> bool:
+            return not await active_alerts(client, alertmanager_url, name)
+
+        await wait_for(gone)
+        await client.post(f"{alertmanager_url}/api/v2/alerts", json=[stale])
+        assert await active_alerts(client, alertmanager_url, name)  # it fires again ...
+        await wait_for(gone)  # ... until the next re-send of the resolved state
 
 
 async def test_keep_firing_puts_alerts_on_the_resend_schedule_without_sending_now(
