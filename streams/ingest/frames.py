@@ -283,6 +283,7 @@ class _Node:
         "held",
         "name",
         "parts",
+        "pending",
         "rank",
         "role",
         "since",
@@ -294,6 +295,9 @@ class _Node:
         self.rank = rank
         self.held = self.since = -(1 << 62)
         self.role: str | None = None
+        # while in no group: (bucket, series) of the current bucket, replayed if a later
+        # series of the node names its group in that bucket
+        self.pending: list[tuple[int, Series]] | None = None
         self.assigned: str | None = None  # the scheduler's job for the node (``assign``)
         self.call = -1  # the ``add`` call that filled ``bucket`` / ``parts``
         self.bucket = 0
@@ -323,6 +327,7 @@ _Resolved = tuple[
     tuple[str, str] | None,
 ]
 _NO_SLOTS: tuple[int, ...] = ()
+_MAX_PENDING = 4096  # series a node in no group may hold for its bucket
 _NO_SCRAPE = ScrapeTarget()  # the scrape target of series that add nothing
 _Slots = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]
 
@@ -345,7 +350,9 @@ class FrameBuilder:
     in the scrape where the dying job's label vanished still belongs to that job
     -- or at once when a series names another job (or a higher-priority label
     shows). A move inside a bucket moves the node's whole frame of that bucket.
-    A series without a group label for a node in no group drops as ``no_group``.
+    A series without a group label for a node in no group waits for the rest of
+    its bucket (a later series of the node may name the group: then it joins);
+    when the node's next bucket starts without one, it drops as ``no_group``.
     ``role_labels`` work alike: the last role any series named sticks to the node.
     A scheduler's word (``assign``, fed by ``streams.ingest.membership``)
     outranks every label: an assigned node is in its job whatever its series say.
@@ -467,6 +474,8 @@ class FrameBuilder:
         self._keys: dict[tuple[tuple[str, str], ...], SeriesKey] = {}  # sorted labels -> key
         self._calls = 0
         self._departures: list[FrameData] = []
+        self._replay: list[Series] = []  # see ``_move``
+        self._replay_dropped = 0
         # node -> {"pci_bus_id@<gpu>": bus id}: dcgm-exporter's label next to ``gpu``, sent in
         # the frame's ``gpus`` so the worker can put a kernel-log XID (bus id) on its GPU index
         self._pci_of: dict[str, dict[str, str]] = {}
@@ -599,8 +608,8 @@ class FrameBuilder:
                 self._move(node, rank, group_value, bucket0)
             if role is not None and role != node.role:
                 node.role = role
-            if node.group is None:
-                stats.drop("no_group", len(samples))
+            if node.group is None:  # a later series of the node may still name its group
+                self._hold_groupless(node, s, bucket0, stats)
                 continue
             state = state_of(key)
             for ts, value in samples:
@@ -670,7 +679,33 @@ class FrameBuilder:
                         parts[slot][pair] = rate
         stats.accepted = accepted
         stats.drop("unknown_metric", unknown)
+        if self._replay_dropped:
+            stats.drop("no_group", self._replay_dropped)
+            self._replay_dropped = 0
+        if self._replay:  # series that waited for their node's group, now named (``_move``)
+            replay, self._replay = self._replay, []
+            replayed = self.add(replay, now_s)
+            stats.accepted += replayed.accepted
+            for reason, n in replayed.dropped.items():
+                stats.drop(reason, n)
         return stats
+
+    def _hold_groupless(self, node: _Node, series: Series, bucket: int, stats: AddStats) -> None:
+        """Keep a series of a node in no group until its bucket passes; what an older
+        bucket held is dropped as ``no_group``."""
+        pending = node.pending
+        if pending is None:
+            pending = node.pending = []
+        elif pending and pending[0][0] != bucket:
+            if bucket < pending[0][0]:  # a late series: its bucket has passed already
+                stats.drop("no_group", len(series.samples))
+                return
+            stats.drop("no_group", sum(len(s.samples) for _, s in pending))
+            pending.clear()
+        if len(pending) >= _MAX_PENDING:
+            stats.drop("no_group", len(series.samples))
+            return
+        pending.append((bucket, series))
 
     def _resolve(self, labels: Mapping[str, str]) -> _Resolved:
         """What ``labels`` means for this builder (see ``_Resolved``), memoised by identity."""
@@ -794,6 +829,11 @@ class FrameBuilder:
             self._departures.append(FrameData(old, node.name, bucket, {}, {}, left=True))
         node.group, node.rank = group, rank
         node.held = node.since = bucket
+        if node.pending and group is not None:
+            # the node's series of this bucket that came before its group was named
+            self._replay.extend(s for b, s in node.pending if b == bucket)
+            self._replay_dropped += sum(len(s.samples) for b, s in node.pending if b != bucket)
+            node.pending = None
 
     def assign(self, node: str, group: str | None) -> None:
         """The scheduler says ``node`` runs in ``group`` (None: it left it; labels decide again).

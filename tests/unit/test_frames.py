@@ -271,18 +271,34 @@ def test_node_comes_from_the_first_present_label(labels: dict[str, str], node: s
     assert b.flush_all()[0].node == node
 
 
-def test_series_without_node_or_group_are_dropped_and_counted() -> None:
+def test_series_without_node_are_dropped_and_counted() -> None:
+    b = builder()
+    stats = b.add([series("gpu_temp", (T0, 50), (T0 + S, 51), instance="")])
+    assert stats.dropped == {"no_node": 2}
+    assert stats.accepted == 0
+
+
+def test_a_series_without_group_joins_the_group_its_nodes_other_series_name() -> None:
+    """Even when it comes first: the node's group is decided per bucket."""
     b = builder()
     stats = b.add(
         [
-            series("gpu_temp", (T0, 50), (T0 + S, 51), instance=""),
             series("gpu_temp", (T0, 50), cluster=""),
-            series("gpu_temp", (T0, 50), gpu="1"),
+            series("gpu_temp", (T0, 60), gpu="1"),
         ]
     )
-    assert stats.dropped == {"no_node": 2, "no_group": 1}
-    assert stats.accepted == 1
-    assert [f.group for f in b.flush_all()] == ["c1"]
+    assert (stats.accepted, stats.dropped) == (2, {})
+    assert [(f.group, f.values) for f in b.flush_all()] == [("c1", {"temp": 60})]
+
+
+def test_series_of_a_node_in_no_group_are_dropped_when_its_bucket_passes() -> None:
+    """Held for the bucket (a labelled series may still come), then counted as no_group."""
+    b = builder()
+    first = b.add([series("gpu_temp", (T0, 50), cluster="")])
+    second = b.add([series("gpu_temp", (T0 + 30 * S, 50), cluster="")])
+    assert (first.accepted, first.dropped) == (0, {})
+    assert (second.accepted, second.dropped) == (0, {"no_group": 1})
+    assert b.flush_all() == []
 
 
 def test_group_label_fallback_order() -> None:

@@ -111,10 +111,22 @@ def test_node_exporter_series_follow_the_job_label_of_the_gpu_series(
     frames = _run(_job_builder(*group_labels), [_node_round("n1", k, "job-7") for k in range(10)])
     assert not [f for f in frames if f.left]
     assert {f.group for f in frames} == {"job-7"}
-    full = [f for f in frames if {"procs_running", "gpu_temp_c"} <= f.values.keys()]
-    # the first bucket lacks node_exporter's features only without a fallback group label
-    assert len(full) == (10 if "cluster" in group_labels else 9)
-    assert len(frames) == 10
+    assert [f.ts for f in frames] == [k * B for k in range(10)]
+    # complete from the first bucket on: node_exporter's series of the node's first
+    # bucket wait for the GPU series to name the job (or move from the cluster with it)
+    assert all({"procs_running", "gpu_temp_c"} <= f.values.keys() for f in frames)
+
+
+def test_a_node_s_unlabelled_series_wait_for_a_later_request_that_names_the_job() -> None:
+    """node_exporter's request at +2 s, dcgm-exporter's at +25 s: one complete first frame."""
+    b = _job_builder("hpc_job")
+    node_exporter, *dcgm = _node_round("n1", 0, "job-7")
+    first = b.add([node_exporter])
+    second = b.add(dcgm)
+    assert (first.accepted, first.dropped, second.accepted, second.dropped) == (0, {}, 3, {})
+    (frame,) = b.flush_all()
+    assert frame.group == "job-7"
+    assert {"procs_running", "gpu_temp_c"} <= frame.values.keys()
 
 
 def test_first_bucket_moves_whole_from_the_fallback_group_to_the_job() -> None:
