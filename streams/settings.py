@@ -70,6 +70,9 @@ class Settings(BaseSettings):
     ingest_body_timeout_s: float = Field(
         30.0, gt=0, description="a write whose body takes longer to arrive gets 503"
     )
+    ingest_wal_dir: Path | None = Field(
+        None, description="write-ahead log: a body answered 204 survives a kill (unset: off)"
+    )
 
     # worker
     worker_web_port: int = Field(6066, ge=0, le=65535)

@@ -66,6 +66,7 @@ class FrameProducer:
         self._max_backlog = max_backlog
         self._batch = batch
         self._queue: deque[FrameData] = deque()
+        self._enqueued = 0
         self._producer: AIOKafkaProducer | None = None
         self._wake = asyncio.Event()
         self._connected = False
@@ -87,8 +88,20 @@ class FrameProducer:
     def connected(self) -> bool:
         return self._connected
 
+    @property
+    def sequence(self) -> int:
+        """Frames enqueued so far."""
+        return self._enqueued
+
+    @property
+    def left_queue(self) -> int:
+        """How many of them have left the queue (acknowledged or dropped), oldest first."""
+        return self._enqueued - len(self._queue)
+
     def enqueue(self, frames: Iterable[FrameData]) -> None:
+        before = len(self._queue)
         self._queue.extend(frames)
+        self._enqueued += len(self._queue) - before
         self._metrics.backlog.set(len(self._queue))
         if self._queue:
             self._wake.set()

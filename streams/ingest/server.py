@@ -36,6 +36,8 @@ from streams.ingest.frames import AddStats, FrameData, frame_builder_for
 from streams.ingest.membership import MembershipFollower
 from streams.ingest.producer import FrameProducer
 from streams.ingest.remote_write import RemoteWriteError, WriteRequestDecoder
+from streams.ingest.series import Series
+from streams.ingest.wal import WriteAheadLog
 from streams.metrics import IngestMetrics
 from streams.settings import Settings
 from streams.topics import ensure_topics
@@ -70,6 +72,7 @@ class Ingest:
         }
         self.down: dict[str, BaseException] = {}
         self.restart_min_s = RESTART_MIN_S
+        self.wal = WriteAheadLog(settings.ingest_wal_dir) if settings.ingest_wal_dir else None
         self.membership: MembershipFollower | None = None
         if settings.membership_file or settings.topic_jobs:
             self.membership = MembershipFollower(
@@ -149,8 +152,37 @@ class Ingest:
         return self._reply(204)
 
     def _decode_and_add(self, body: bytes) -> AddStats:
-        """On the work thread: the body's samples into the builder."""
-        return self.builder.add(self.decoder.decode(body), now_s=time.time())
+        """On the work thread: the body's samples into the builder (and first on disk)."""
+        series = self.decoder.decode(body)
+        if self.wal is not None:
+            self.wal.append(body, _newest_ts(series))
+        return self.builder.add(series, now_s=time.time())
+
+    def _replay(self) -> None:
+        """On the work thread, before serving: the bodies the write-ahead log holds."""
+        assert self.wal is not None
+        bodies = 0
+        for index, body in self.wal.replay():
+            try:
+                series = self.decoder.decode(body)
+            except RemoteWriteError:
+                continue  # a body is logged only once decoded: a damaged file
+            self.wal.replayed(index, _newest_ts(series))
+            self.builder.add(series, now_s=time.time())
+            bodies += 1
+        log.info("wal_replayed bodies=%d segments=%d", bodies, self.wal.segments)
+
+    def _checkpoint(self, roll: bool = False) -> None:
+        """On the work thread, after a flush: drop the log segments whose frames are out."""
+        if self.wal is not None:
+            self.wal.checkpoint(
+                self.builder.watermark_ms,
+                self.builder.bucket_ms,
+                self.builder.open_frames,
+                self.producer.sequence,
+                self.producer.left_queue,
+                roll=roll,
+            )
 
     def _close_due(self) -> list[FrameData]:
         """On the work thread: the frames whose buckets are due."""
@@ -188,6 +220,7 @@ class Ingest:
         while True:
             await asyncio.sleep(FLUSH_EVERY_S)
             self.producer.enqueue(await loop.run_in_executor(self._work, self._close_due))
+            await loop.run_in_executor(self._work, self._checkpoint)
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.settings.max_body_bytes)
@@ -227,20 +260,29 @@ class Ingest:
             log.info("background_task_restarted task=%s", name)
 
     async def _background(self, app: web.Application) -> AsyncIterator[None]:
+        loop = asyncio.get_running_loop()
+        if self.wal is not None:
+            await loop.run_in_executor(self._work, self._replay)
         tasks = {name: asyncio.create_task(self.supervise(name), name=name) for name in self.tasks}
         yield
-        loop = asyncio.get_running_loop()
         tasks["flusher"].cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await tasks["flusher"]
         self.producer.enqueue(await loop.run_in_executor(self._work, self.builder.flush_all))
         if not await self.producer.drain(timeout_s=10.0):
             log.error("ingest_shutdown_unsent frames=%d", self.producer.backlog)
+        await loop.run_in_executor(self._work, self._checkpoint, True)  # all out: log empties
+        if self.wal is not None:
+            self.wal.close()
         for task in tasks.values():
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._work.shutdown(wait=False, cancel_futures=True)
+
+
+def _newest_ts(series: list[Series]) -> int | None:
+    return max((ts for s in series for ts, _ in s.samples), default=None)
 
 
 def build_ingest(settings: Settings) -> Ingest:
