@@ -28,6 +28,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
+from itertools import pairwise
 from typing import Any
 
 Identity = tuple[tuple[str, str], ...]
@@ -107,8 +108,9 @@ def _resurrections(
     poll_times: list[float],
     shown: set[int],
 ) -> int:
-    """Times Alertmanager showed the alert again after a resolve had reached it (it was
-    gone from a poll) and before it was decided firing again: a stale re-send."""
+    """Times Alertmanager showed the alert again after a resolve had reached it and before
+    it was decided firing again: a stale re-send. Gone and back each for two polls in a
+    row (Alertmanager's list was seen to drop an active alert from one answer)."""
     ordered = sorted(records, key=lambda r: (int(r["bucket_ts"]), r["status"] == "firing"))
     count = 0
     for i, record in enumerate(ordered):
@@ -117,9 +119,10 @@ def _resurrections(
             continue
         refire = next((r for r in ordered[i + 1 :] if r["status"] == "firing"), None)
         until = times.get(_decision_key(refire), float("inf")) if refire else float("inf")
-        polls = [k for k, t in enumerate(poll_times) if resolved < t < until]
-        gone = next((k for k in polls if k not in shown), None)
-        if gone is not None and any(k > gone and k in shown for k in polls):
+        seen = [k in shown for k, t in enumerate(poll_times) if resolved < t < until]
+        pairs = list(pairwise(seen))
+        gone = next((j for j, pair in enumerate(pairs) if pair == (False, False)), None)
+        if gone is not None and (True, True) in pairs[gone:]:
             count += 1
     return count
 

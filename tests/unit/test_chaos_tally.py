@@ -107,9 +107,10 @@ def test_an_alert_shown_again_after_its_resolve_landed_is_resurrected() -> None:
     """A worker that lost the group kept re-sending it as firing (stale state)."""
     times = decision_times([DECISIONS_LOG])
     resolved = times[("resolved", "PeerwatchNodeCollapse", "g", "n1", 2 * B)]
-    polls = [resolved - 5, resolved + 1, resolved + 2, resolved + 3]
+    polls = [resolved - 5] + [resolved + k for k in range(1, 6)]
     decided = [record("firing", B), record("resolved", 2 * B)]
     common = {"decided": decided, "am_final": set(), "decision_times": times}
-    back = run(**common, am_polls=(polls, {identity(COLLAPSE): {0, 2}}))
+    back = run(**common, am_polls=(polls, {identity(COLLAPSE): {0, 3, 4}}))
     gone = run(**common, am_polls=(polls, {identity(COLLAPSE): {0}}))
-    assert (back.am_resurrected, gone.am_resurrected) == (1, 0)
+    flicker = run(**common, am_polls=(polls, {identity(COLLAPSE): {0, 1, 3}}))  # one poll
+    assert (back.am_resurrected, gone.am_resurrected, flicker.am_resurrected) == (1, 0, 0)
