@@ -33,6 +33,7 @@ from streams.records import AlertRecord, Frame, XidLine
 from streams.settings import Settings
 from streams.sinks.alertmanager import AlertmanagerSink
 from streams.sinks.grafana import GrafanaSink
+from streams.sinks.outbox import open_outbox
 from streams.topics import ensure_topics
 
 log = logging.getLogger("peerwatch.worker")
@@ -253,6 +254,9 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
         for group in pipeline.groups_waiting(time.time()):
             await frames_topic.send(key=group, value=tick_frame(group))
 
+    # undelivered alerts are journaled here, so a restart delivers what was decided before it
+    outbox_dir = settings.outbox_dir or settings.datadir / "outbox"
+
     if settings.alertmanager_url:
 
         @app.task
@@ -263,6 +267,7 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
                     client,
                     resend_s=settings.alert_resend_s,
                     on_result=on_delivery,
+                    outbox=open_outbox(outbox_dir, "alertmanager"),
                 )
                 sink_holder["am"] = sink
                 try:
@@ -282,6 +287,7 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
                     token=token,
                     dashboard_uid=settings.grafana_dashboard_uid,
                     bucket_ms=settings.bucket_ms,
+                    outbox=open_outbox(outbox_dir, "grafana"),
                 )
                 sink_holder["grafana"] = grafana
                 try:

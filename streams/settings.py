@@ -77,6 +77,9 @@ class Settings(BaseSettings):
     # worker
     worker_web_port: int = Field(6066, ge=0, le=65535)
     datadir: Path = Path("peerwatch-data")
+    outbox_dir: Path | None = Field(
+        None, description="journal of undelivered alerts (default: <datadir>/outbox)"
+    )
     store: str = "memory://"
 
     # XID catalog: "nvidia" (NVIDIA's resolution buckets) or "report" (the

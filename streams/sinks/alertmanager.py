@@ -1,9 +1,12 @@
 """Deliver alerts to Alertmanager's v2 API, surviving its outages.
 
-Alertmanager identifies an alert by its label set, so the outbox keeps only the
+Alertmanager identifies an alert by its label set, so the outbox
+(:mod:`streams.sinks.outbox`, shared with the Grafana sink) keeps only the
 latest state per label set: an outage of any length costs memory bounded by the
 number of distinct alerts, and when Alertmanager is back it receives exactly the
-current truth. Firing alerts are re-sent every ``resend_s`` with
+current truth; journaled, what was decided survives a worker restart.
+
+Firing alerts are re-sent every ``resend_s`` with
 ``endsAt = now + 4 × resend_s`` (as Prometheus does), so Alertmanager resolves
 them by itself if peerwatch dies; resolved alerts are re-sent with their
 resolve time as ``endsAt`` for ``resolved_resend_s`` (Prometheus: 15 min), so
@@ -19,7 +22,7 @@ Errors::
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import json
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -29,6 +32,7 @@ from typing import Any
 import httpx
 
 from streams.sinks.credentials import without_userinfo
+from streams.sinks.outbox import Outbox, Outcome, deliver_forever
 
 log = logging.getLogger("peerwatch.alertmanager")
 
@@ -43,8 +47,8 @@ def rfc3339(epoch_s: float) -> str:
     )
 
 
-def _key(labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted(labels.items()))
+def _key(labels: dict[str, str]) -> str:
+    return json.dumps(sorted(labels.items()), separators=(",", ":"))
 
 
 class AlertmanagerSink:
@@ -58,6 +62,7 @@ class AlertmanagerSink:
         backoff_max_s: float = 30.0,
         clock: Callable[[], float] = time.time,
         on_result: Callable[[str, int], None] | None = None,
+        outbox: Outbox | None = None,
     ) -> None:
         base, self._auth = without_userinfo(url)  # no password in what httpx logs
         self._endpoint = base.rstrip("/") + "/api/v2/alerts"
@@ -67,12 +72,14 @@ class AlertmanagerSink:
         self._clock = clock
         self._on_result = on_result or (lambda outcome, n: None)
         self._resolved_resend_s = resolved_resend_s
-        self._firing: dict[tuple, Payload] = {}  # alerts to keep re-sending
+        self._firing: dict[str, Payload] = {}  # alerts to keep re-sending
         # Resolved alerts, re-sent until the deadline (as Prometheus does for 15 min): a stale
         # "firing" that a stalled network delivers after the resolve is overruled again.
-        self._resolved: dict[tuple, tuple[Payload, float]] = {}
-        self._outbox: dict[tuple, Payload] = {}  # latest undelivered state per alert
+        self._resolved: dict[str, tuple[Payload, float]] = {}
+        # latest undelivered state per alert (journaled: survives a restart)
+        self._outbox = outbox if outbox is not None else Outbox()
         self._wake = asyncio.Event()
+        self._next_resend = clock() + resend_s
 
     def submit(self, alerts: Iterable[Payload]) -> None:
         """Queue alert states (``status`` "firing" or "resolved"); delivery is async."""
@@ -86,7 +93,7 @@ class AlertmanagerSink:
             else:
                 self._firing[key] = alert
                 self._resolved.pop(key, None)
-            self._outbox[key] = alert
+            self._outbox.put(key, alert)
         self._wake.set()
 
     def keep_firing(self, alerts: Iterable[Payload]) -> None:
@@ -124,11 +131,7 @@ class AlertmanagerSink:
             "generatorURL": alert.get("generator_url", ""),
         }
 
-    async def flush(self) -> bool:
-        """Try to deliver the outbox once. True when it is empty afterwards."""
-        if not self._outbox:
-            return True
-        batch = dict(self._outbox)
+    async def _send(self, batch: dict[str, Payload]) -> Outcome:
         now = self._clock()
         body = [self._wire(a, now) for a in batch.values()]
         try:
@@ -138,16 +141,13 @@ class AlertmanagerSink:
         except httpx.TransportError as exc:
             log.warning("alertmanager_unavailable error=%r pending=%d", exc, len(batch))
             self._on_result("unavailable", len(batch))
-            return False
+            return Outcome.RETRY
         if reply.status_code >= 500:
             log.warning(
                 "alertmanager_unavailable status=%d pending=%d", reply.status_code, len(batch)
             )
             self._on_result("unavailable", len(batch))
-            return False
-        for key, alert in batch.items():
-            if self._outbox.get(key) is alert:  # not superseded while we were sending
-                del self._outbox[key]
+            return Outcome.RETRY
         if reply.status_code >= 400:
             log.error(
                 "alertmanager_rejected status=%d reply=%s n=%d",
@@ -156,30 +156,42 @@ class AlertmanagerSink:
                 len(batch),
             )
             self._on_result("rejected", len(batch))
-            return not self._outbox
+            return Outcome.REJECTED
         log.info("alerts_sent n=%d status=%d", len(batch), reply.status_code)
         self._on_result("sent", len(batch))
-        return not self._outbox
+        return Outcome.SENT
+
+    async def flush(self) -> bool:
+        """Try to deliver the outbox once. True when it is empty afterwards."""
+        if not len(self._outbox):
+            return True
+        batch = self._outbox.items()
+        if await self._send(batch) is not Outcome.RETRY:
+            self._outbox.done(batch)
+        return not len(self._outbox)
+
+    def _queue_resends(self) -> None:
+        """On the resend tick: firing alerts, and resolved ones still inside their window."""
+        now = self._clock()
+        if now < self._next_resend:
+            return
+        for key, alert in self._firing.items():
+            if key not in self._outbox:
+                self._outbox.put(key, alert)
+        for key, (alert, until) in list(self._resolved.items()):
+            if now >= until:
+                del self._resolved[key]
+            elif key not in self._outbox:
+                self._outbox.put(key, alert)
+        self._next_resend = now + self._resend_s
 
     async def run(self) -> None:
         """Deliver forever: on submit, on every resend tick, with backoff while away."""
-        backoff = 0.5
-        next_resend = self._clock() + self._resend_s
-        while True:
-            timeout = max(0.0, next_resend - self._clock())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=timeout)
-            self._wake.clear()
-            if self._clock() >= next_resend:
-                for key, alert in self._firing.items():
-                    self._outbox.setdefault(key, alert)
-                for key, (alert, until) in list(self._resolved.items()):
-                    if self._clock() < until:
-                        self._outbox.setdefault(key, alert)
-                    else:
-                        del self._resolved[key]
-                next_resend = self._clock() + self._resend_s
-            while not await self.flush():
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, self._backoff_max_s)
-            backoff = 0.5
+        await deliver_forever(
+            self._outbox,
+            self._send,
+            self._wake,
+            backoff_max_s=self._backoff_max_s,
+            before_send=self._queue_resends,
+            timeout_s=lambda: max(0.0, self._next_resend - self._clock()),
+        )

@@ -6,19 +6,20 @@ tag); when it resolves the region is closed (``PATCH /api/annotations/:id``
 with ``timeEnd``). If the annotation id is unknown at resolve time (the worker
 restarted in between), the whole region is posted at once instead.
 
-Delivery follows the Alertmanager sink: a queue of pending operations, retried
-with backoff while Grafana is away (transport errors, 5xx); a 4xx is logged
-and dropped (our request is wrong; repeating it cannot help). The token is
-sent as ``Authorization: Bearer`` and never logged.
+Delivery is the Alertmanager sink's (:mod:`streams.sinks.outbox`): the latest
+change per alert, journaled when the worker has a data directory, retried with
+backoff and jitter while Grafana is away (transport errors, 5xx); a 4xx is
+logged and dropped (our request is wrong; repeating it cannot help). An alert
+that fired and resolved during an outage becomes one whole region. The token
+is sent as ``Authorization: Bearer`` and never logged.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
-from collections import deque
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -26,14 +27,9 @@ import httpx
 from detectors.alerts import AlertChange
 from streams.alerting import alert_annotations, alert_labels
 from streams.sinks.credentials import without_userinfo
+from streams.sinks.outbox import Outbox, Outcome, deliver_forever
 
 log = logging.getLogger("peerwatch.grafana")
-
-
-@dataclass
-class _Op:
-    key: tuple[tuple[str, str], ...]
-    change: AlertChange
 
 
 class GrafanaSink:
@@ -46,6 +42,7 @@ class GrafanaSink:
         dashboard_uid: str | None = None,
         bucket_ms: int = 30_000,
         backoff_max_s: float = 30.0,
+        outbox: Outbox | None = None,
     ) -> None:
         base, self._auth = without_userinfo(url)  # no password in what httpx logs
         self._base = base.rstrip("/")
@@ -54,19 +51,20 @@ class GrafanaSink:
         self._dashboard_uid = dashboard_uid
         self._bucket_ms = bucket_ms
         self._backoff_max_s = backoff_max_s
-        self._ids: dict[tuple[tuple[str, str], ...], int] = {}
-        self._queue: deque[_Op] = deque()
+        self._ids: dict[str, int] = {}  # alert key -> its open region's annotation id
+        self._outbox = outbox if outbox is not None else Outbox()
         self._wake = asyncio.Event()
 
     def submit(self, changes: list[AlertChange]) -> None:
         for change in changes:
-            self._queue.append(_Op(tuple(sorted(alert_labels(change).items())), change))
-        if self._queue:
+            key = json.dumps(sorted(alert_labels(change).items()), separators=(",", ":"))
+            self._outbox.put(key, change.to_dict())
+        if changes:
             self._wake.set()
 
     @property
     def pending(self) -> int:
-        return len(self._queue)
+        return len(self._outbox)
 
     def _body(self, change: AlertChange, *, with_end: bool) -> dict[str, Any]:
         labels = alert_labels(change)
@@ -85,10 +83,9 @@ class GrafanaSink:
             body["timeEnd"] = change.bucket_ts + self._bucket_ms
         return body
 
-    async def _apply(self, op: _Op) -> bool:
-        """Send one operation; False if Grafana is away (retry), True when done or dropped."""
-        change = op.change
-        known = self._ids.get(op.key)
+    async def _apply(self, key: str, change: AlertChange) -> bool:
+        """Send one alert's change; False if Grafana is away (retry), True when done or dropped."""
+        known = self._ids.get(key)
         if change.status == "firing" and known is not None:
             return True  # a re-send of an open region: nothing to mark
         if change.status == "resolved" and known is not None:
@@ -108,11 +105,11 @@ class GrafanaSink:
         try:
             reply = await self._client.send(request, auth=self._auth)
         except httpx.TransportError as exc:
-            log.warning("grafana_unavailable error=%r pending=%d", exc, len(self._queue))
+            log.warning("grafana_unavailable error=%r pending=%d", exc, len(self._outbox))
             return False
         if reply.status_code >= 500:
             log.warning(
-                "grafana_unavailable status=%d pending=%d", reply.status_code, len(self._queue)
+                "grafana_unavailable status=%d pending=%d", reply.status_code, len(self._outbox)
             )
             return False
         if reply.status_code >= 400:
@@ -120,26 +117,29 @@ class GrafanaSink:
             return True
         if change.status == "firing":
             with contextlib.suppress(ValueError, KeyError, TypeError):
-                self._ids[op.key] = int(reply.json()["id"])
+                self._ids[key] = int(reply.json()["id"])
         else:
-            self._ids.pop(op.key, None)
+            self._ids.pop(key, None)
         return True
 
+    async def _send(self, batch: dict[str, dict[str, Any]]) -> Outcome:
+        """Apply the batch alert by alert, each taken out as it is done (a PATCH or POST
+        must not be repeated after a later one failed)."""
+        for key, item in batch.items():
+            if not await self._apply(key, AlertChange.from_dict(item)):
+                return Outcome.RETRY
+            self._outbox.done({key: item})
+        return Outcome.SENT
+
     async def flush(self) -> bool:
-        """Apply queued operations in order; True when the queue is empty."""
-        while self._queue:
-            if not await self._apply(self._queue[0]):
-                return False
-            self._queue.popleft()
-        return True
+        """Apply what is queued once; True when nothing is left."""
+        if len(self._outbox):
+            await self._send(self._outbox.items())
+        return not len(self._outbox)
 
     async def run(self) -> None:
         """Deliver forever: what is queued now, then whatever is submitted later."""
-        backoff = 0.5
-        while True:
-            while not await self.flush():
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, self._backoff_max_s)
-            backoff = 0.5
-            await self._wake.wait()
-            self._wake.clear()
+        self._wake.set()
+        await deliver_forever(
+            self._outbox, self._send, self._wake, backoff_max_s=self._backoff_max_s
+        )
