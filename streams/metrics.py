@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -10,10 +12,16 @@ from detectors.failslow.slo import SloSummary
 from detectors.phase import PHASES
 from detectors.population import Composition
 
+log = logging.getLogger("peerwatch.ingest")
+
+LIMIT_LOG_EVERY_S = 60.0  # a cardinality limit's drops are logged at most this often per reason
+
 
 @dataclass
 class IngestMetrics:
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    # limit reason -> (time of its last log line, samples dropped since); see ``count_samples``
+    _limit_log: dict[str, tuple[float, int]] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         r = self.registry
@@ -64,6 +72,33 @@ class IngestMetrics:
         self.ha_failovers = Counter(
             "peerwatch_ingest_ha_failovers", "HA Prometheus replica elections changed", registry=r
         )
+
+    def count_samples(self, accepted: int, dropped: Mapping[str, int], now_s: float) -> None:
+        """One write's samples by outcome. Drops by a cardinality limit (``*_limit``) are
+        also logged -- once per reason per ``LIMIT_LOG_EVERY_S``, with the count since the
+        last line: a flood of new series must not become a flood of log lines."""
+        self.samples.labels(outcome="accepted").inc(accepted)
+        for reason, n in dropped.items():
+            if not n:
+                continue
+            self.samples.labels(outcome=reason).inc(n)
+            if reason.endswith("_limit"):
+                self._log_limit(reason, n, now_s)
+
+    def _log_limit(self, reason: str, n: int, now_s: float) -> None:
+        last_s, pending = self._limit_log.get(reason, (None, 0))
+        pending += n
+        if last_s is not None and now_s - last_s < LIMIT_LOG_EVERY_S:
+            self._limit_log[reason] = (last_s, pending)
+            return
+        since_s = 0.0 if last_s is None else now_s - last_s
+        log.warning(
+            "ingest_cardinality_limit reason=%s dropped_samples=%d since_s=%.0f",
+            reason,
+            pending,
+            since_s,
+        )
+        self._limit_log[reason] = (now_s, 0)
 
 
 @dataclass

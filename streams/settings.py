@@ -70,6 +70,16 @@ class Settings(BaseSettings):
     ingest_body_timeout_s: float = Field(
         30.0, gt=0, description="a write whose body takes longer to arrive gets 503"
     )
+    # cardinality guards (issue 9): past a limit, the samples of a *new* series / node /
+    # group member drop, counted in peerwatch_ingest_samples{outcome=*_limit} and logged
+    ingest_max_series_per_request: int = Field(
+        500_000, ge=1, description="a write with more series gets 400 (Prometheus sends ~2,000)"
+    )
+    ingest_max_series_per_node: int = Field(
+        20_000, ge=1, description="series tracked per node (a B200 node sends ~800)"
+    )
+    ingest_max_nodes: int = Field(200_000, ge=1, description="nodes the ingest tracks")
+    ingest_max_nodes_per_group: int = Field(5_000, ge=1, description="nodes per peer group")
     ingest_wal_dir: Path | None = Field(
         None, description="write-ahead log: a body answered 204 survives a kill (unset: off)"
     )

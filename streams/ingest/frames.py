@@ -88,6 +88,10 @@ DROP_REASONS = (
     "late",  # the bucket ended more than late_horizon_ms before the watermark
     "future",  # more than max_future_ms ahead of now_s (a skewed clock must not move time)
     "ha_replica",  # from an HA Prometheus replica that is not its cluster's elected one
+    # cardinality guards: a new series / node / group member past its limit (existing go on)
+    "series_limit",  # the node already has max_series_per_node series
+    "node_limit",  # max_nodes nodes are tracked already
+    "group_limit",  # the group it would join has max_nodes_per_group nodes
 )
 
 
@@ -286,11 +290,13 @@ class _Node:
         "pending",
         "rank",
         "role",
+        "series",
         "since",
     )
 
     def __init__(self, name: str, rank: int) -> None:
         self.name = name
+        self.series = 0  # entries in the builder's series state (``max_series_per_node``)
         self.group: str | None = None
         self.rank = rank
         self.held = self.since = -(1 << 62)
@@ -382,6 +388,9 @@ class FrameBuilder:
         replica_labels: Sequence[str] = ("prometheus_replica", "__replica__"),
         ha_cluster_labels: Sequence[str] = ("cluster",),
         ha_failover_ms: int = 60_000,
+        max_series_per_node: int = 20_000,
+        max_nodes: int = 200_000,
+        max_nodes_per_group: int = 5_000,
     ) -> None:
         if not features:
             raise ValueError("a frame builder needs at least one feature")
@@ -398,6 +407,13 @@ class FrameBuilder:
             )
         if membership_hold_buckets < 0:
             raise ValueError("membership_hold_buckets must be >= 0")
+        if min(max_series_per_node, max_nodes, max_nodes_per_group) <= 0:
+            raise ValueError("max_series_per_node, max_nodes, max_nodes_per_group must be > 0")
+        # Cardinality guards, checked only where a series / node / membership is created:
+        # what is tracked keeps flowing, what is new past a limit drops (counted).
+        self.max_series_per_node = max_series_per_node
+        self.max_nodes = max_nodes
+        self.max_nodes_per_group = max_nodes_per_group
         self.features = tuple(features)
         self.node_labels = tuple(node_labels)
         self.group_labels = tuple(group_labels)
@@ -466,6 +482,7 @@ class FrameBuilder:
         # series_ttl_ms without a sample (issue 9: 1 M distinct nodes must not pile up).
         self._nodes: dict[str, _Node] = {}
         self._assigned: dict[str, str] = {}  # node -> the scheduler's job (``assign``)
+        self._group_nodes: dict[str, int] = {}  # group -> nodes in it (``max_nodes_per_group``)
         self._scrapes: dict[tuple[str, ...], ScrapeTarget] = {}
         # id(labels) -> _Resolved; holds the dicts so their ids stay unique while memoised
         self._label_memo: dict[int, _Resolved] = {}
@@ -598,14 +615,18 @@ class FrameBuilder:
             if node.assigned is not None:  # the scheduler's word outranks every label
                 rank, group_value = _ASSIGNED_RANK, node.assigned
             node_rank = node.rank
+            move = False
             if rank == node_rank:
                 if group_value != node.group:
-                    self._move(node, rank, group_value, bucket0)  # another job: at once
+                    move = True  # another job: at once
                 elif bucket0 > node.held:
                     node.held = bucket0
             elif rank < node_rank or bucket0 - node.held > hold_ms:
                 # a label that outranks the node's, or the node's label not seen for the hold
-                self._move(node, rank, group_value, bucket0)
+                move = True
+            if move and not self._move(node, rank, group_value, bucket0):
+                stats.drop("group_limit", len(samples))
+                continue
             if role is not None and role != node.role:
                 node.role = role
             if node.group is None:  # a later series of the node may still name its group
@@ -620,7 +641,10 @@ class FrameBuilder:
                     if value != value and is_stale_marker(value):
                         # The series ended: its next sample starts afresh (no rate across the gap).
                         if state is None:
-                            state = series_state[key] = [ts, None]
+                            state = self._new_series(node, key, ts, None)
+                            if state is None:
+                                stats.drop("series_limit")
+                                continue
                         else:
                             state[0], state[1] = max(state[0], ts), None
                         if ts > max_ts:
@@ -644,7 +668,10 @@ class FrameBuilder:
                     continue
                 rate: float | None = None
                 if state is None:
-                    state = series_state[key] = [ts, value]
+                    state = self._new_series(node, key, ts, value)
+                    if state is None:
+                        stats.drop("series_limit")
+                        continue
                 else:
                     previous_value = state[1]
                     if previous_value is not None:
@@ -690,6 +717,14 @@ class FrameBuilder:
                 stats.drop(reason, n)
         return stats
 
+    def _new_series(self, node: _Node, key: SeriesKey, ts: int, value: float | None) -> list | None:
+        """The state of ``node``'s new series ``key`` -- None past ``max_series_per_node``."""
+        if node.series >= self.max_series_per_node:
+            return None
+        node.series += 1
+        state = self._series[key] = [ts, value, node]  # the node: to count it down when forgotten
+        return state
+
     def _hold_groupless(self, node: _Node, series: Series, bucket: int, stats: AddStats) -> None:
         """Keep a series of a node in no group until its bucket passes; what an older
         bucket held is dropped as ``no_group``."""
@@ -732,6 +767,12 @@ class FrameBuilder:
         else:
             node = self._nodes.get(node_name)
             if node is None:
+                if len(self._nodes) >= self.max_nodes:
+                    # not memoised: a flood of new names must not fill the memo either
+                    return (
+                        labels, None, "node_limit", None, _NO_SLOTS, _NO_SLOTS, _NO_SLOTS,
+                        _NO_SLOTS, "", _NO_SCRAPE, 0, None, None, None,
+                    )  # fmt: skip
                 node = self._nodes[node_name] = _Node(node_name, self._no_group_rank)
                 node.assigned = self._assigned.get(node_name)
             rank, group_value = self.group_label(labels)
@@ -812,10 +853,20 @@ class FrameBuilder:
         node.call, node.bucket, node.parts = call, bucket, partial.parts
         return partial.parts
 
-    def _move(self, node: _Node, rank: int, group: str | None, bucket: int) -> None:
+    def _move(self, node: _Node, rank: int, group: str | None, bucket: int) -> bool:
         """``node`` is in ``group`` (None: in none) from ``bucket`` on; the old group gets a
-        departure unless the node joined it in this very bucket and its frame moves along."""
+        departure unless the node joined it in this very bucket and its frame moves along.
+        False (nothing changes) if ``group`` is full: ``max_nodes_per_group``."""
         old = node.group
+        if group != old:
+            sizes = self._group_nodes
+            if group is not None:
+                size = sizes.get(group, 0)
+                if size >= self.max_nodes_per_group:
+                    return False
+                sizes[group] = size + 1
+            if old is not None:
+                self._leave_group(old)
         frames = self._open.get(bucket)
         partial = frames.get(node.name) if frames else None
         moved = False
@@ -834,6 +885,15 @@ class FrameBuilder:
             self._replay.extend(s for b, s in node.pending if b == bucket)
             self._replay_dropped += sum(len(s.samples) for b, s in node.pending if b != bucket)
             node.pending = None
+        return True
+
+    def _leave_group(self, group: str) -> None:
+        sizes = self._group_nodes
+        left = sizes[group] - 1
+        if left:
+            sizes[group] = left
+        else:
+            del sizes[group]
 
     def assign(self, node: str, group: str | None) -> None:
         """The scheduler says ``node`` runs in ``group`` (None: it left it; labels decide again).
@@ -990,7 +1050,7 @@ class FrameBuilder:
             cutoff = self._max_ts - self.series_ttl_ms
             stale = [k for k, state in self._series.items() if state[0] < cutoff]
             for k in stale:
-                del self._series[k]
+                self._series.pop(k)[2].series -= 1
             quiet = [sk for sk, t in self._scrapes.items() if t.last_ts < cutoff]
             for sk in quiet:
                 del self._scrapes[sk]
@@ -998,7 +1058,9 @@ class FrameBuilder:
             live = {t.node for t in self._scrapes.values()}
             gone = [n for n in self._nodes if n not in live]
             for n in gone:
-                del self._nodes[n]
+                group = self._nodes.pop(n).group
+                if group is not None:
+                    self._leave_group(group)
                 self._pci_of.pop(n, None)
             if gone or quiet:
                 # memoised label dicts point at the forgotten objects: resolve afresh
@@ -1019,4 +1081,7 @@ def frame_builder_for(settings: Settings) -> FrameBuilder:
         replica_labels=tuple(settings.replica_labels),
         ha_cluster_labels=tuple(settings.ha_cluster_labels),
         ha_failover_ms=int(settings.ha_failover_s * 1000),
+        max_series_per_node=settings.ingest_max_series_per_node,
+        max_nodes=settings.ingest_max_nodes,
+        max_nodes_per_group=settings.ingest_max_nodes_per_group,
     )

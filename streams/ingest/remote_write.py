@@ -238,9 +238,13 @@ class WriteRequestDecoder:
         metric_names: Iterable[str] | None = None,
         label_cache_size: int = 200_000,
         max_body_bytes: int = 64 * 1024 * 1024,
+        max_series_per_request: int = 500_000,
     ) -> None:
-        if label_cache_size < 0 or max_body_bytes <= 0:
-            raise ValueError("label_cache_size must be >= 0 and max_body_bytes > 0")
+        if label_cache_size < 0 or max_body_bytes <= 0 or max_series_per_request <= 0:
+            raise ValueError(
+                "label_cache_size must be >= 0, max_body_bytes and max_series_per_request > 0"
+            )
+        self.max_series_per_request = max_series_per_request
         self.metric_names = None if metric_names is None else frozenset(metric_names)
         self._wanted = (
             None if self.metric_names is None else frozenset(n.encode() for n in self.metric_names)
@@ -259,6 +263,14 @@ class WriteRequestDecoder:
         skipped: peerwatch has no use for them.
         """
         view = self._parse_view(self._decompress(body))
+        # Refused whole, before any work: accepting the first N would answer 204 for data
+        # thrown away, and a 400 tells Prometheus (and its log) that retrying cannot help.
+        count = len(view.timeseries)
+        if count > self.max_series_per_request:
+            raise RemoteWriteError(
+                f"request has {count} series, above the limit of {self.max_series_per_request} "
+                "(ingest_max_series_per_request); send smaller batches"
+            )
         get_labels = self._labels.get
         get_ts = self._timestamps.get
         unpack_double = _DOUBLE.unpack_from

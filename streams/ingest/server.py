@@ -59,7 +59,9 @@ class Ingest:
         # Series of metrics no feature uses are skipped before their labels are
         # parsed: most of what exporters send, and most of the decode cost.
         self.decoder = WriteRequestDecoder(
-            metric_names=self.builder.metric_names, max_body_bytes=8 * settings.max_body_bytes
+            metric_names=self.builder.metric_names,
+            max_body_bytes=8 * settings.max_body_bytes,
+            max_series_per_request=settings.ingest_max_series_per_request,
         )
         # The one thread that touches the decoder and the builder (neither is thread-safe).
         self._work = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-work")
@@ -145,10 +147,7 @@ class Ingest:
         except RemoteWriteError as exc:
             log.warning("remote_write_rejected peer=%s reason=%s", request.remote, exc)
             return self._reply(400, f"{exc}\n")
-        self.metrics.samples.labels(outcome="accepted").inc(stats.accepted)
-        for reason, n in stats.dropped.items():
-            if n:
-                self.metrics.samples.labels(outcome=reason).inc(n)
+        self.metrics.count_samples(stats.accepted, stats.dropped, time.monotonic())
         return self._reply(204)
 
     def _decode_and_add(self, body: bytes) -> AddStats:
