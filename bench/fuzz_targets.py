@@ -13,6 +13,8 @@ Every input is bytes (what reaches the decoder from the network, a log or a file
 - ``settings``: first byte ``T`` = a TOML settings file, else YAML; ``load_settings``.
 - ``xid_catalog``: an operator XID override file (TOML); ``load_xid_catalog``. Oracle: a
   catalog that loads answers ``lookup`` for every code.
+- ``membership``: one scheduler job event (JSON), ``parse_event`` then a long-lived
+  ``JobMembership``. Oracle: the nodes of an applied running event are in its job.
 
 Generators include the probe shapes of issue 9: NaN, +-Inf, +-1e308, stale markers,
 duplicate and out-of-order samples, timestamps far past / future, labels out of order or
@@ -36,6 +38,7 @@ from bench import fuzz_wire as wire
 from detectors.xid import SEVERITIES, XidCatalog, normalize_pci_bus_id, parse_kernel_line
 from streams.catalog import load_xid_catalog
 from streams.deploy_config import catalog_metric_names
+from streams.ingest.membership import JobMembership, MembershipError, parse_event
 from streams.ingest.remote_write import STALE_NAN, RemoteWriteError, WriteRequestDecoder
 from streams.settings import Settings, load_settings
 from streams.sources.xid_log import kernel_lines
@@ -547,9 +550,72 @@ def _xid_catalog_target() -> Target:
     return Target("xid_catalog", run, (ValueError,), _generate_overrides, seeds, tokens)
 
 
+# --- scheduler membership events --------------------------------------------------------------
+
+_MEMBERSHIP_PROBES = (
+    b"[" * 100_000,
+    b'{"job": ' + b"[" * 100_000,
+    b'{"job": "j", "state": "running", "ts": 1, "nodes": ["a"], "nodes": []}',
+    b'{"job": "j", "state": "running", "ts": NaN, "nodes": ["a"]}',
+    b'{"job": "j", "state": "ended", "ts": 1e999}',
+    b'{"job": "j", "state": "ended", "ts": ' + b"9" * 5000 + b"}",
+    b'{"job": "\xff", "state": "ended", "ts": 1}',
+    b'{"job": "\\ud800", "state": "ended", "ts": 1}',
+)
+
+
+def _pick(rng: random.Random, good: object, hostile: list[object]) -> object:
+    return good if rng.random() < 0.85 else rng.choice(hostile)
+
+
+def _generate_membership(rng: random.Random) -> bytes:
+    if rng.random() < 0.05:
+        return rng.choice(_MEMBERSHIP_PROBES)
+    count = rng.choice([0, 1, 3, 64, 2000])
+    nodes: list[object] = [f"gpu{rng.randrange(200):03d}" for _ in range(count)]
+    if nodes:
+        nodes[rng.randrange(count)] = _pick(rng, nodes[0], ["", 3, None, "é", "x" * 2000])
+    event = {
+        "job": _pick(rng, f"job-{rng.randrange(20)}", ["", 7, None, "x" * 2000, ["j"]]),
+        "state": _pick(rng, rng.choice(["running", "ended"]), ["RUNNING", "", 1, None]),
+        "ts": _pick(
+            rng, NOW_MS + rng.randrange(-(10**6), 10**6), [0, -1, 2**53, 2**63, 1.5, True, "1"]
+        ),
+        "nodes": _pick(rng, nodes, [None, "gpu001", {}, [[]]]),
+    }
+    for key in [k for k in event if rng.random() < 0.05]:
+        del event[key]
+    return json.dumps(event).encode()
+
+
+def _membership_target() -> Target:
+    table = JobMembership()  # long-lived, as in the ingest: events apply in arrival order
+    newest: dict[str, int] = {}
+
+    def run(data: bytes) -> None:
+        event = parse_event(data)
+        table.apply(event)
+        if event.ts >= newest.get(event.job, event.ts):  # applied, not an older redelivery
+            newest[event.job] = event.ts
+        else:
+            return
+        if event.state == "running":
+            stray = [n for n in event.nodes if table.node_job.get(n) != event.job]
+            if stray:
+                raise Wrong(f"nodes {stray[:3]} of a running event are not in its job")
+
+    seeds = (
+        b'{"job": "llm-42", "state": "running", "nodes": ["gpu064", "gpu065"], "ts": 1}',
+        b'{"job": "llm-42", "state": "ended", "ts": 2}',
+    )
+    tokens = (b"{", b"}", b"[", b"]", b'"', b":", b",", b"null", b"true", b"1e308", b"\\u0000")
+    return Target("membership", run, (MembershipError,), _generate_membership, seeds, tokens)
+
+
 TARGETS: dict[str, Callable[[], Target]] = {
     "remote_write": _remote_write_target,
     "xid_log": _xid_log_target,
     "settings": _settings_target,
     "xid_catalog": _xid_catalog_target,
+    "membership": _membership_target,
 }

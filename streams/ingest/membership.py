@@ -76,6 +76,8 @@ def parse_event(raw: str | bytes) -> MembershipEvent:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
         raise MembershipError(f"not JSON: {exc}") from None
+    except RecursionError:  # json's answer to deep nesting: no ValueError, so say it here
+        raise MembershipError("nested too deeply to be an event") from None
     if not isinstance(data, dict):
         raise MembershipError(f"an event is a JSON object, got {type(data).__name__}")
     job = _name(data.get("job"), "job")

@@ -31,6 +31,7 @@ from detectors.xid import XidCatalog, parse_kernel_line
 from streams.catalog import load_xid_catalog, xid_catalog_data
 from streams.deploy_config import catalog_metric_names
 from streams.ingest.frames import frame_builder_for
+from streams.ingest.membership import MembershipError, MembershipFile, parse_event
 from streams.ingest.remote_write import (
     STALE_NAN,
     RemoteWriteError,
@@ -53,7 +54,13 @@ QUICK = settings(
 
 @pytest.mark.parametrize(
     ("decoder", "n"),
-    [("remote_write", 600), ("xid_log", 3_000), ("settings", 600), ("xid_catalog", 600)],
+    [
+        ("remote_write", 600),
+        ("xid_log", 3_000),
+        ("settings", 600),
+        ("xid_catalog", 600),
+        ("membership", 2_000),
+    ],
 )
 def test_short_fuzz_run_finds_no_crash_wrong_answer_or_hang(decoder: str, n: int) -> None:
     report = fuzz(TARGETS[decoder](), n, seed=1, probes=False)
@@ -408,3 +415,22 @@ def test_hostile_override_files_raise_value_error_naming_the_file(
     with pytest.raises(ValueError, match=reason) as caught:
         load_xid_catalog("nvidia", path)
     assert str(path) in str(caught.value)
+
+
+# --- scheduler membership events --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("raw", [b"[" * 100_000, b'{"job": ' + b'{"a": ' * 50_000])
+def test_a_deeply_nested_membership_event_is_a_membership_error(raw: bytes) -> None:
+    """json raises RecursionError, no ValueError: it escaped the sources' handlers, and one
+    such message on the jobs topic stopped membership (replayed from the start each restart)."""
+    with pytest.raises(MembershipError, match="nested too deeply"):
+        parse_event(raw)
+
+
+def test_the_membership_file_goes_on_after_a_deeply_nested_line(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.jsonl"
+    good = b'{"job": "llm-42", "state": "running", "nodes": ["gpu064"], "ts": 1}'
+    path.write_bytes(b"[" * 100_000 + b"\n" + good + b"\n")
+    (event,) = MembershipFile(path).poll()
+    assert (event.job, event.nodes) == ("llm-42", frozenset({"gpu064"}))
