@@ -348,10 +348,11 @@ class GroupModel:
         a1 = presentf @ self._ratio
         a2 = presentf @ (self._ratio * self._ratio)
         ok = enough & (a1 > 0) & np.isfinite(d2)
-        c = a2 / np.where(ok, a1, 1.0)  # d² ≈ c·χ²(ν)
-        nu = np.where(ok, a1 * a1 / np.where(ok, a2, 1.0), 1.0)
-        k = 2.0 / (9.0 * nu)
-        with np.errstate(invalid="ignore", divide="ignore"):
+        # cells outside ``ok`` (or with extreme ratios) may be inf/NaN: masked out below
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            c = a2 / np.where(ok, a1, 1.0)  # d² ≈ c·χ²(ν)
+            nu = np.where(ok, a1 * a1 / np.where(ok, a2, 1.0), 1.0)
+            k = 2.0 / (9.0 * nu)
             u = (np.cbrt(np.maximum(d2 / np.where(ok, c, 1.0), 0.0) / nu) - (1.0 - k)) / np.sqrt(k)
         return np.where(ok, u, np.nan), ok
 
