@@ -341,8 +341,9 @@ def evaluate(
 
 
 @main.command()
-@click.option("--groups", default=4, show_default=True, help="Simulated jobs (peer groups).")
-@click.option("--nodes", default=16, show_default=True, help="Nodes per job.")
+@click.option("--groups", default=6, show_default=True, help="Simulated jobs (peer groups).")
+@click.option("--nodes", default=12, show_default=True, help="Nodes per job.")
+@click.option("--partitions", default=8, show_default=True, help="Of the frames topic.")
 @click.option("--rounds", default=660, show_default=True, help="Scrape rounds (30 s each).")
 @click.option("--rounds-per-s", default=1.0, show_default=True, help="Streaming pace.")
 @click.option("--workers", default=2, show_default=True)
@@ -355,17 +356,20 @@ def evaluate(
 )
 @click.option("--resend-s", default=60.0, show_default=True, help="Workers' Alertmanager re-send.")
 @click.option("--kafka", default=None, help="Use this broker (host:port): no broker restart.")
+@click.option("--ingest-wal", is_flag=True, help="Run the ingest with its write-ahead log.")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path))
 def chaos(
     groups: int,
     nodes: int,
+    partitions: int,
     rounds: int,
     rounds_per_s: float,
     workers: int,
     faults: str | None,
     resend_s: float,
     kafka: str | None,
+    ingest_wal: bool,
     workdir: Path | None,
     json_path: Path | None,
 ) -> None:
@@ -388,6 +392,8 @@ def chaos(
             faults=parse_faults(DEFAULT_FAULTS if faults is None else faults),
             workers=workers,
             resend_s=resend_s,
+            ingest_wal=ingest_wal,
+            partitions=partitions,
         )
     except ValueError as exc:
         raise click.ClickException(f"ValueError: {exc}") from exc

@@ -11,13 +11,13 @@ from dataclasses import dataclass
 
 # kind -> whether it lasts (takes a duration)
 KINDS = {
-    "kill-worker": False,  # SIGKILL the first worker, start it again at once
+    "kill-worker": False,  # SIGKILL the busiest worker, start it again at once
     "kill-ingest": False,  # SIGKILL the ingest, start it again at once
     "restart-broker": False,  # stop Kafka (controlled shutdown), start it again
     "am-outage": True,  # stop Alertmanager for DURATION s
     "am-stall": True,  # the proxy in front of Alertmanager forwards nothing for DURATION s
     "worker-join": False,  # start one more worker (a rebalance)
-    "worker-leave": False,  # stop the first worker gracefully (a rebalance)
+    "worker-leave": False,  # stop the busiest worker gracefully (a rebalance)
 }
 
 

@@ -61,14 +61,15 @@ GROUP_LABELS = ["train_job"]
 class ChaosPlan:
     """What to simulate and break. Times are wall seconds from the start of streaming."""
 
-    groups: int = 4
-    nodes: int = 16  # per group
+    groups: int = 6  # their names hash to 5 of 8 partitions
+    nodes: int = 12  # per group
     rounds: int = 660  # scrape rounds (30 simulated s each)
     rounds_per_s: float = 1.0
     faults: tuple[Fault, ...] = field(default_factory=lambda: parse_faults(DEFAULT_FAULTS))
     workers: int = 2
     resend_s: float = 60.0  # the workers' Alertmanager re-send period
-    partitions: int = 4  # of the frames topic (and the workers' table)
+    partitions: int = 8  # of the frames topic (and the workers' table)
+    ingest_wal: bool = False  # the ingest's write-ahead log (a 204 survives its kill -9)
     seed: int = 1
 
     def __post_init__(self) -> None:
@@ -184,8 +185,11 @@ class Lab:
             "PEERWATCH_ALERT_RESEND_S": str(plan.resend_s),
             "PEERWATCH_TOPIC_PARTITIONS": str(plan.partitions),
         }
+        ingest_env = {**self.env}
+        if plan.ingest_wal:
+            ingest_env["PEERWATCH_INGEST_WAL_DIR"] = str(workdir / "ingest-wal")
         self.ingest = PeerwatchProcess(
-            ["ingest"], self.env, workdir / "ingest.log", f"{self.ingest_url}/-/ready"
+            ["ingest"], ingest_env, workdir / "ingest.log", f"{self.ingest_url}/-/ready"
         )
         self.workers: dict[str, PeerwatchProcess] = {}
         self._worker_ports: dict[str, int] = {}
@@ -246,7 +250,7 @@ class Lab:
     async def inject(self, fault: Fault, client: httpx.AsyncClient) -> None:
         log.info("fault_start fault=%s", fault)
         if fault.kind == "kill-worker":
-            name = next(n for n, w in self.workers.items() if w.running)
+            name = self.busiest_worker()
             self.workers[name].kill()
             self.workers[name] = self.worker(name)
             await asyncio.to_thread(self.workers[name].start)
@@ -278,9 +282,14 @@ class Lab:
             self.workers[name] = self.worker(name)
             await asyncio.to_thread(self.workers[name].start)
         elif fault.kind == "worker-leave":
-            name = next(n for n, w in self.workers.items() if w.running)
+            name = self.busiest_worker()
             await asyncio.to_thread(self.workers[name].stop)
         log.info("fault_end fault=%s", fault)
+
+    def busiest_worker(self) -> str:
+        """The running worker that has scored the most buckets (a kill must hit work)."""
+        done = Counter(worker for worker, *_ in self.scored())
+        return max((n for n, w in self.workers.items() if w.running), key=lambda n: done[n])
 
     def worker_logs(self) -> dict[str, str]:
         paths = {name: self.workdir / f"{name}.log" for name in self.workers}

@@ -1,7 +1,7 @@
 """Scale-out without loss (issue 9, part 6): workers share the frames topic's partitions.
 
 Six simulated jobs (one fault each) stream over eight partitions to two workers;
-a third worker joins mid-stream and later the first one leaves (two
+a third worker joins mid-stream and later the busiest one leaves (two
 rebalances while streaming). Every bucket is scored by exactly one worker,
 none is lost or scored twice, both first workers took part, and Alertmanager
 shows every decided alert once, with no alert brought back after its resolve
