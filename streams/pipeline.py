@@ -177,7 +177,10 @@ class Pipeline:
             gpu_changes, gpu_active = self.node_health.step(
                 group, bucket.ts, symptoms=[*result.active, *result.changes]
             )
-            verdict, slow_changes, slow_active = self._step_failslow(group, bucket, result.idle)
+            paused = result.phase is not None and result.phase.expected
+            verdict, slow_changes, slow_active = self._step_failslow(
+                group, bucket, result.idle, paused
+            )
             self.identities[group], peer_changes, peer_active = keep_identity(
                 self.identities.get(group, {}),
                 map(self._classify, result.changes),
@@ -196,12 +199,18 @@ class Pipeline:
         return out
 
     def _step_failslow(
-        self, group: str, bucket: ClosedBucket, idle: Collection[str] = ()
+        self,
+        group: str,
+        bucket: ClosedBucket,
+        idle: Collection[str] = (),
+        paused: bool = False,
     ) -> tuple[FailSlowVerdict | None, tuple[AlertChange, ...], tuple[AlertChange, ...]]:
         """The job's throughput and node metrics → verdict → fail-slow alert changes.
 
         Only the job population describes the job (idle spares are no one's peers), and
-        nodes are localised against the peers of their role, as in peer scoring.
+        nodes are localised against the peers of their role, as in peer scoring. In a
+        checkpoint save or restart load (``paused``: the phase classifier's expected
+        phases) the job is not training: its throughput is no evidence of a slowdown.
         """
         slow = self.failslow_groups.get(group)
         if slow is None:
@@ -212,6 +221,8 @@ class Pipeline:
             return None, (), slow.alerts.active()
         frames = {n: f for n, f in bucket.frames.items() if n not in idle}
         inputs = job_inputs(frames, bucket.gpus, self.failslow_inputs)
+        if paused:
+            inputs = replace(inputs, throughput=math.nan)
         keep = self.failslow_params.localise_buckets
         slow.window = [(i, m) for i, m in slow.window if i > index - keep]
         if math.isfinite(inputs.throughput):

@@ -42,8 +42,8 @@ BASE = ClusterConfig(seed=11, job_nodes=16, spares=0, metric_families=METRIC_FAM
 def firing(config: ClusterConfig, minutes: float) -> list[AlertChange]:
     """Peer scoring's firing alerts: PeerwatchGroupDegraded and the node alerts.
 
-    (Fail-slow's PeerwatchJobSlow reads the trainer's throughput and is not
-    phase-aware: a save long enough to look like a slowdown is its own matter.)
+    (Fail-slow's PeerwatchJobSlow has its own test: it takes expected phases as no
+    throughput.)
     """
     end = config.start_ms + int(minutes * MINUTE)
     changes = run_offline(generate(config, config.start_ms, end), SETTINGS).changes
@@ -84,6 +84,22 @@ def test_long_first_save_is_not_learned_as_the_usual() -> None:
         calibration=calibration,
     )
     assert Counter(c.alertname for c in firing(config, 45.0)) == {}
+
+
+def test_long_saves_are_no_job_slowdown() -> None:
+    """Fail-slow knows the phase too: 80-100 s saves every 20 min raise no PeerwatchJobSlow."""
+    calibration = replace(Calibration(), save_bytes_heavy=78e9, save_bytes_light=6e9)
+    config = replace(
+        BASE,
+        first_save_s=60.0,
+        checkpoint_interval_s=1200.0,
+        save_duration_s=(80.0, 100.0),
+        calibration=calibration,
+    )
+    end = config.start_ms + 120 * MINUTE
+    changes = run_offline(generate(config, config.start_ms, end), SETTINGS).changes
+    assert saves_within(config, 120.0) >= 5
+    assert [c.alertname for c in changes if c.status == "firing"] == []
 
 
 def test_history_that_begins_in_a_restart_load_pages_nothing() -> None:
