@@ -18,8 +18,9 @@ The ``real-fleet`` suite (``--tag real-fleet``) is ~2.8 group-days per seed
 (the 2-day quiet fleet and 15.5 h of single-condition and XID runs); on a free
 core one group-day costs ~190 s of generation and scoring (~370 s with an HA
 pair), so one seed takes ~7 min on 2 cores, the quiet fleet being the longest
-run (22-27 min on the shared 2 cores at load ~8). 11 seeds cover the 30 group-days issue 8 asks for. The ``fleet-week*``
-acceptance weeks run by name only.
+run (22-27 min on the shared 2 cores at load ~8). 11 seeds cover the 30
+group-days issue 8 asks for. The ``fleet-week*`` acceptance weeks run by name
+only.
 
 Seeds. Tune on ``TUNING_SEEDS``, report on ``REPORTING_SEEDS``; they are
 disjoint so thresholds are never fitted to the reported runs.
