@@ -50,6 +50,18 @@ def firing(config: ClusterConfig, minutes: float) -> list[AlertChange]:
     return [c for c in changes if c.status == "firing" and c.alertname in PEER_ALERTS]
 
 
+def long_saves() -> ClusterConfig:
+    """Saves of 80-100 s (78 GB per heavy writer at the report's bandwidth) every 20 min."""
+    calibration = replace(Calibration(), save_bytes_heavy=78e9, save_bytes_light=6e9)
+    return replace(
+        BASE,
+        first_save_s=60.0,
+        checkpoint_interval_s=1200.0,
+        save_duration_s=(80.0, 100.0),
+        calibration=calibration,
+    )
+
+
 def saves_within(config: ClusterConfig, minutes: float) -> int:
     end = config.start_ms + int(minutes * MINUTE)
     rows = ground_truth(config, end)
@@ -75,27 +87,12 @@ def test_long_first_save_is_not_learned_as_the_usual() -> None:
     80-100 s. Before phases the guard's warm-up learned it as the usual level and
     called the training after it a group shift.
     """
-    calibration = replace(Calibration(), save_bytes_heavy=78e9, save_bytes_light=6e9)
-    config = replace(
-        BASE,
-        first_save_s=60.0,
-        checkpoint_interval_s=1200.0,
-        save_duration_s=(80.0, 100.0),
-        calibration=calibration,
-    )
-    assert Counter(c.alertname for c in firing(config, 45.0)) == {}
+    assert Counter(c.alertname for c in firing(long_saves(), 45.0)) == {}
 
 
 def test_long_saves_are_no_job_slowdown() -> None:
     """Fail-slow knows the phase too: 80-100 s saves every 20 min raise no PeerwatchJobSlow."""
-    calibration = replace(Calibration(), save_bytes_heavy=78e9, save_bytes_light=6e9)
-    config = replace(
-        BASE,
-        first_save_s=60.0,
-        checkpoint_interval_s=1200.0,
-        save_duration_s=(80.0, 100.0),
-        calibration=calibration,
-    )
+    config = long_saves()
     end = config.start_ms + 120 * MINUTE
     changes = run_offline(generate(config, config.start_ms, end), SETTINGS).changes
     assert saves_within(config, 120.0) >= 5
