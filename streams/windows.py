@@ -13,7 +13,9 @@ Buckets close in order. A frame for a bucket that is already closed is late:
 it is counted and dropped. Partial frames of the same (node, bucket) merge with
 each feature's own reduction. Expected members are the nodes seen in the last
 ``membership_buckets`` buckets, so a node that goes silent stays expected for a
-while and its absence is scored as a signal.
+while and its absence is scored as a signal. A departure notice (the node moved to
+another group) ends its membership from the notice's bucket on, whatever order
+it arrives in relative to the node's last frames for older buckets.
 
 This is bookkeeping only; the maths is in ``detectors``. Time is passed in.
 """
@@ -59,6 +61,7 @@ class GroupWindow:
     last_seen: dict[str, int] = field(default_factory=dict)  # node -> newest bucket ts
     joined: dict[str, int] = field(default_factory=dict)  # node -> oldest bucket ts seen
     roles: dict[str, str] = field(default_factory=dict)  # node -> its latest role (sticky)
+    left: dict[str, int] = field(default_factory=dict)  # node -> bucket ts it departed at
     _open: dict[int, _OpenBucket] = field(default_factory=dict)
 
     def add(
@@ -73,6 +76,12 @@ class GroupWindow:
         """Take one (partial) frame. False if it is late (its bucket already closed)."""
         if ts <= self.closed_upto:
             return False
+        departed = self.left.get(node)
+        if departed is not None:
+            if ts == departed:  # the departure's own bucket is no longer the group's
+                return True
+            if ts > departed:  # it came back: a new member from here on
+                self._drop(node)
         if role:
             self.roles[node] = role
         bucket = self._open.get(ts)
@@ -90,21 +99,28 @@ class GroupWindow:
             self.joined[node] = ts
         return True
 
-    def leave(self, node: str) -> None:
-        """The node left the group (scheduler moved it): no longer expected, not silent."""
-        self.last_seen.pop(node, None)
-        self.joined.pop(node, None)
-        self.roles.pop(node, None)
-        for bucket in self._open.values():
-            bucket.frames.pop(node, None)
-            bucket.gpus.pop(node, None)
+    def leave(self, node: str, ts: int) -> None:
+        """The node left the group at bucket ``ts``: from then on not expected, not silent.
+
+        Its frames for older buckets may still arrive (the frame builder sends the
+        departure when the node moves, its last frame here when that bucket closes):
+        they count, but do not make it a member again; only a frame newer than ``ts``
+        does.
+        """
+        self.left[node] = max(ts, self.left.get(node, ts))
+        for bucket_ts, bucket in self._open.items():
+            if bucket_ts >= ts:
+                bucket.frames.pop(node, None)
+                bucket.gpus.pop(node, None)
 
     def expected_at(self, ts: int) -> frozenset[str]:
         horizon = ts - self.membership_buckets * self.bucket_ms
         # A node that joined after ts (its first frame is for a newer bucket)
         # was not a member then: it must not hold ts open or look silent in it.
         return frozenset(
-            n for n, seen in self.last_seen.items() if seen >= horizon and self.joined[n] <= ts
+            n
+            for n, seen in self.last_seen.items()
+            if seen >= horizon and self.joined[n] <= ts and self.left.get(n, ts + 1) > ts
         )
 
     def due(self, now_s: float) -> list[ClosedBucket]:
@@ -141,9 +157,16 @@ class GroupWindow:
     def _forget_departed(self) -> None:
         horizon = self.closed_upto - self.membership_buckets * self.bucket_ms
         for node in [n for n, seen in self.last_seen.items() if seen < horizon]:
-            del self.last_seen[node]
-            del self.joined[node]
-            self.roles.pop(node, None)
+            self._drop(node)
+        # once the departure's bucket closed, every frame still to come is newer: a rejoin
+        for node in [n for n, ts in self.left.items() if ts <= self.closed_upto]:
+            self._drop(node)
+
+    def _drop(self, node: str) -> None:
+        self.last_seen.pop(node, None)
+        self.joined.pop(node, None)
+        self.roles.pop(node, None)
+        self.left.pop(node, None)
 
     # Membership and progress survive a worker restart (kept in a Faust table).
     # Open buckets are not in the snapshot: the worker acks their frames only once
@@ -154,6 +177,7 @@ class GroupWindow:
             "last_seen": dict(self.last_seen),
             "joined": dict(self.joined),
             "roles": dict(self.roles),
+            "left": dict(self.left),
         }
 
     def restore(self, snap: Mapping[str, Any]) -> None:
@@ -163,3 +187,4 @@ class GroupWindow:
         self.joined = {n: int(joined.get(n, seen)) for n, seen in self.last_seen.items()}
         roles = snap.get("roles", {})
         self.roles = {n: str(roles[n]) for n in self.last_seen if roles.get(n)}
+        self.left = {str(k): int(v) for k, v in snap.get("left", {}).items()}

@@ -59,7 +59,7 @@ def test_window_forgets_a_departed_node_so_it_is_not_expected() -> None:
     for node in ("n1", "n2"):
         win.add(node, 0, {"procs_running": 10.0}, {}, now_s=0.0)
     win.due(now_s=100.0)
-    win.leave("n2")
+    win.leave("n2", 30_000)
     assert win.expected_at(30_000) == frozenset({"n1"})
 
 
@@ -241,3 +241,27 @@ def test_the_role_travels_on_the_wire_record() -> None:
     record = Frame.loads(encode_frame(frame), serializer="json")
     assert (record.group, record.node, record.role) == ("job-7", "n1", "stage-3")
     assert Frame.loads(encode_frame(FrameData("c", "n1", 0, {})), serializer="json").role is None
+
+
+def test_a_departure_sent_before_the_old_groups_last_frame_still_departs() -> None:
+    """The builder emits a departure when the node moves, but the node's last frame in
+    the old group when that bucket closes, which can be later: the frame must not make
+    the node a member again (20 buckets of false PeerwatchNodeSilent in the old group)."""
+    b = FrameBuilder(DEFAULT_FEATURES, group_labels=("hpc_job", "cluster"), grace_ms=15_000)
+    node_exporter = {"__name__": "node_procs_running", "instance": "n1:9100", "cluster": "c"}
+    dcgm = {"__name__": "DCGM_FI_DEV_GPU_TEMP", "instance": "n1:9400", "cluster": "c",
+            "gpu": "0", "hpc_job": "job-7"}  # fmt: skip
+    frames: list[FrameData] = []
+    # node_exporter late in bucket 0 (cluster only); the job's GPU series first in bucket 1
+    for series in ([node_exporter, 28_000], [dcgm, B + 1_000], [node_exporter, B + 28_000]):
+        b.add([Series(series[0], [(series[1], 12.0)])])
+        frames += b.close_due_by_watermark()
+    assert [(f.group, f.ts, f.left) for f in frames] == [("c", B, True), ("c", 0, False)]
+    win = GroupWindow("c", DEFAULT_FEATURES, B, grace_s=20.0, membership_buckets=20)
+    for f in frames:
+        if f.left:
+            win.leave(f.node, f.ts)
+        else:
+            win.add(f.node, f.ts, f.values, f.gpus, now_s=0.0)
+    assert win.expected_at(0) == frozenset({"n1"})  # it was the cluster's in bucket 0
+    assert win.expected_at(B) == win.expected_at(5 * B) == frozenset()

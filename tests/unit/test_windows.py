@@ -253,7 +253,7 @@ def test_a_node_first_seen_in_a_newer_bucket_is_not_expected_in_an_older_one() -
 def test_leave_stops_expecting_the_node_and_drops_its_open_frames() -> None:
     win = established()
     win.add("n3", B, FRAME, {}, now_s=101.0)
-    win.leave("n3")
+    win.leave("n3", B)
     win.add("n1", B, FRAME, {}, now_s=101.0)
     win.add("n2", B, FRAME, {}, now_s=101.0)
     (bucket,) = win.due(now_s=101.0)
@@ -310,3 +310,23 @@ def test_oldest_open_age_drops_once_the_bucket_closed() -> None:
     win.add("n1", 0, FRAME, {}, now_s=10.0)
     win.due(now_s=10.0 + GRACE_S)
     assert win.oldest_open_age(now_s=100.0) == -math.inf
+
+
+def test_a_departed_node_that_sends_a_newer_frame_is_a_member_again() -> None:
+    win = established()
+    win.leave("n3", B)
+    win.add("n3", B, FRAME, {}, now_s=101.0)  # the departure's bucket: not the group's
+    assert "n3" not in win.expected_at(B)
+    win.add("n3", 3 * B, FRAME, {}, now_s=102.0)
+    assert "n3" not in win.expected_at(2 * B)
+    assert "n3" in win.expected_at(3 * B)
+
+
+def test_a_departure_survives_a_snapshot() -> None:
+    win = established()
+    win.leave("n3", 2 * B)
+    restored = window()
+    restored.restore(json.loads(json.dumps(win.snapshot())))
+    restored.add("n3", B, FRAME, {}, now_s=101.0)  # an older frame, after the restart
+    assert "n3" in restored.expected_at(B)
+    assert "n3" not in restored.expected_at(2 * B)
