@@ -99,6 +99,9 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
         metrics.deliveries.labels(sink="alertmanager", outcome=outcome).inc(n)
 
     async def publish(scored: Scored) -> None:
+        if scored.ended:  # no bucket was scored: only the resolutions go out
+            await send_changes(scored)
+            return
         bucket = scored.bucket
         metrics.buckets.labels(group=bucket.group).inc()
         # One line per scored bucket: what `peerwatch chaos` counts (scored once/twice/never).
@@ -119,6 +122,9 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
         if slo is not None:
             verdict = scored.failslow
             metrics.observe_slo(bucket.group, slo, slow=verdict.slow if verdict else None)
+        await send_changes(scored)
+
+    async def send_changes(scored: Scored) -> None:
         for change in scored.changes:
             metrics.alerts.labels(alertname=change.alertname, status=change.status).inc()
             log.info(
@@ -198,11 +204,24 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
         scored = pipeline.due(group, now)
         for item in scored:
             await publish(item)
-        if scored:
-            state_table[group] = pipeline.snapshot(group)
-        held.release(group, pipeline.window(group).closed_upto)
+        if scored and scored[-1].ended:
+            end_group(group, scored[-1])
+        else:
+            if scored:
+                state_table[group] = pipeline.snapshot(group)
+            held.release(group, pipeline.window(group).closed_upto)
         if done is not None:
             done.ack()
+
+    def end_group(group: str, end: Scored) -> None:
+        # Its alerts were resolved in ``end``; its snapshot goes too (a tombstone in the
+        # changelog): a job id that comes back later starts afresh, as it does here.
+        held.release(group, end.bucket.ts)
+        if group in state_table:
+            del state_table[group]
+        partition_of.pop(group, None)
+        metrics.forget_group(group)
+        log.info("group_ended group=%s why=%s", group, end.ended)
 
     @app.agent(frames_topic)
     async def score_frames(stream: Any) -> None:

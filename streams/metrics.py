@@ -171,6 +171,31 @@ class WorkerMetrics:
         self._slo_gauges()
         self._slo_counters()
 
+    def forget_group(self, group: str) -> None:
+        """The group ended: its series go (a gauge would go on showing its last bucket)."""
+        for metric in (
+            self.frames_late,
+            self.buckets,
+            self.bucket_nodes,
+            self.job_throughput_baseline,
+            self.job_throughput_p50,
+            self.job_throughput_p5,
+            self.job_slow,
+            self.job_seconds_below_slo,
+            self.job_gpu_hours_allocated,
+            self.job_gpu_hours_in_band,
+            self.job_gpu_hours_lost,
+            self.job_gpu_hours_healthy_waiting,
+            self.job_slow_incidents,
+        ):
+            metric.remove(group)
+        for population in ("job", "busy", "idle"):
+            self.group_nodes.remove(group, population)
+        for name in PHASES:
+            self.group_phase.remove(group, name)
+        for key in [k for k in self._exported if k[1] == group]:
+            del self._exported[key]
+
     def observe_phase(self, group: str, phase: str) -> None:
         """One series per phase, so a dashboard can stack them and alerts can join on it."""
         for name in PHASES:

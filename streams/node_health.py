@@ -32,7 +32,7 @@ index) are one GPU's events: one incident, one alert.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from detectors.alerts import AlertChange
@@ -176,6 +176,19 @@ class NodeHealth:
             self._nodes.pop(node, None)
             self._log_xids.pop(node, None)
 
+    def end_group(self, group: str, moved: Iterable[str], ts: int, why: str) -> list[AlertChange]:
+        """``group`` ended: its nodes that went quiet with it resolve their alerts and are
+        forgotten; ``moved`` (they departed to another group) keep theirs, and their next
+        frame with per-GPU values homes them where it lands."""
+        moved = set(moved)
+        changes = []
+        for node in sorted(self._homed.get(group, set()) - moved):
+            entry = self._nodes.pop(node)
+            self._homed[group].discard(node)
+            self._log_xids.pop(node, None)
+            changes += [ended(c, ts, why) for c in active_gpu_alerts(entry.state)]
+        return changes
+
     # --- the home group's snapshot ------------------------------------------------------------
 
     def snapshot(self, group: str) -> dict[str, Any]:
@@ -216,6 +229,12 @@ class NodeHealth:
             sampled = [int(row["ts_ms"]) for row in state["gauge"]["series"]]
             nodes[node] = {"state": state, "seen_ts": max(sampled, default=-1)}
         self.restore(group, nodes)
+
+
+def ended(change: AlertChange, ts: int, why: str) -> AlertChange:
+    """A firing alert resolved because its group ended."""
+    reason = f"group ended ({why}); was: {change.reason}"
+    return replace(change, status="resolved", bucket_ts=ts, reason=reason)
 
 
 def split_by_node(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:

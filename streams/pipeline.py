@@ -24,7 +24,14 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from detectors.alerts import NODE_DEVIATION, AlertChange, AlertKey, Labels, keep_identity
+from detectors.alerts import (
+    NODE_DEVIATION,
+    AlertChange,
+    AlertKey,
+    Labels,
+    active_alerts,
+    keep_identity,
+)
 from detectors.failslow.alerts import (
     FailSlowAlertParams,
     FailSlowAlertState,
@@ -46,7 +53,7 @@ from detectors.group import BucketResult, GroupState, ScoringParams, score_bucke
 from detectors.phase import Phase
 from detectors.xid import XidCatalog, XidEvent
 from streams.catalog import load_xid_catalog
-from streams.node_health import NodeHealth
+from streams.node_health import NodeHealth, ended
 from streams.settings import Settings
 from streams.windows import ClosedBucket, GroupWindow
 
@@ -59,6 +66,7 @@ class Scored:
     active: list[AlertChange]  # every firing alert of the group after this bucket
     seconds: float  # time spent scoring
     failslow: FailSlowVerdict | None = None  # the job's fail-slow verdict (None: stale bucket)
+    ended: str | None = None  # why the group ended: its alerts resolved, its state dropped
 
 
 @dataclass
@@ -197,7 +205,28 @@ class Pipeline:
                     verdict,
                 )
             )
+        why = self.window(group).ended(now_s)
+        if why is not None:
+            out.append(self._end(group, why))
         return out
+
+    def _end(self, group: str, why: str) -> Scored:
+        """The group ended: every alert it holds resolves, and it is forgotten (a group that
+        stops scoring would otherwise fire, and be re-sent, forever)."""
+        win = self.windows[group]
+        ts = max(win.closed_upto, 0)
+        state = self.states.get(group)
+        firing = active_alerts(state.alerts.values(), group=group, bucket_ts=ts) if state else ()
+        _, peer, _ = keep_identity(
+            self.identities.get(group, {}), (ended(c, ts, why) for c in firing), ()
+        )
+        slow = self.failslow_groups.get(group)
+        slow_changes = [ended(c, ts, why) for c in slow.alerts.active()] if slow else []
+        gpu_changes = self.node_health.end_group(group, win.left, ts, why)
+        self._drop(group)
+        bucket = ClosedBucket(group, ts, {}, {}, frozenset())
+        result = BucketResult(group, ts, {}, (), (), ())
+        return Scored(bucket, result, [*peer, *gpu_changes, *slow_changes], [], 0.0, ended=why)
 
     def _step_failslow(
         self,
@@ -271,17 +300,25 @@ class Pipeline:
         return replace(change, labels=tuple(sorted((*change.labels, ("class", klass)))))
 
     def groups_waiting(self, now_s: float) -> list[str]:
-        """Groups with an open bucket past its grace period (a timer should wake them)."""
-        return [g for g, w in self.windows.items() if w.oldest_open_age(now_s) >= self.grace_s]
+        """Groups with an open bucket past its grace period, or that ended (a timer should
+        wake them: nothing else would)."""
+        return [
+            g
+            for g, w in self.windows.items()
+            if w.oldest_open_age(now_s) >= self.grace_s or w.ended(now_s) is not None
+        ]
 
     def forget(self, group: str) -> None:
         """Drop everything held for ``group``: another worker owns it now (a rebalance), and
         if it comes back here it must be restored from the table, not from stale memory."""
+        self._drop(group)
+        self.node_health.forget_group(group)
+
+    def _drop(self, group: str) -> None:
         self.windows.pop(group, None)
         self.states.pop(group, None)
         self.failslow_groups.pop(group, None)
         self.identities.pop(group, None)
-        self.node_health.forget_group(group)
 
     def snapshot(self, group: str) -> dict[str, Any]:
         state = self.states.get(group)

@@ -17,6 +17,11 @@ while and its absence is scored as a signal. A departure notice (the node moved 
 another group) ends its membership from the notice's bucket on, whatever order
 it arrives in relative to the node's last frames for older buckets.
 
+A group *ends* when nothing is left to score: no bucket is open and either every
+member has departed or no frame came for ``membership_buckets`` buckets of wall
+time (the job ended, or its frames simply stopped). ``ended`` says so; the
+pipeline then resolves the group's alerts and drops it.
+
 This is bookkeeping only; the maths is in ``detectors``. Time is passed in.
 """
 
@@ -62,6 +67,7 @@ class GroupWindow:
     joined: dict[str, int] = field(default_factory=dict)  # node -> oldest bucket ts seen
     roles: dict[str, str] = field(default_factory=dict)  # node -> its latest role (sticky)
     left: dict[str, int] = field(default_factory=dict)  # node -> bucket ts it departed at
+    last_arrival_s: float | None = None  # wall time of the newest frame taken (None: none yet)
     _open: dict[int, _OpenBucket] = field(default_factory=dict)
 
     def add(
@@ -76,6 +82,7 @@ class GroupWindow:
         """Take one (partial) frame. False if it is late (its bucket already closed)."""
         if ts <= self.closed_upto:
             return False
+        self.last_arrival_s = now_s
         departed = self.left.get(node)
         if departed is not None:
             if ts == departed:  # the departure's own bucket is no longer the group's
@@ -147,6 +154,18 @@ class GroupWindow:
             self.closed_upto = ts
         self._forget_departed()
         return closed
+
+    def ended(self, now_s: float) -> str | None:
+        """Why the group has ended (nothing open, and no member left or nothing sent for
+        ``membership_buckets``), or None while it goes on."""
+        if self._open:
+            return None
+        if not self.last_seen.keys() - self.left.keys():
+            return "every node left the group"
+        quiet_s = self.membership_buckets * self.bucket_ms / 1000.0
+        if self.last_arrival_s is not None and now_s - self.last_arrival_s >= quiet_s:
+            return f"no frame for {self.membership_buckets} buckets"
+        return None
 
     def oldest_open_age(self, now_s: float) -> float:
         """Seconds since the oldest open bucket got its first frame (-inf if none)."""
