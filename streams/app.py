@@ -191,7 +191,7 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
             log.info("group_restored group=%s", group)
         now = time.time()
         if frame.left:
-            pipeline.leave(group, frame.node, frame.ts)
+            pipeline.leave(group, frame.node, frame.ts, now)
             log.info("node_left group=%s node=%s", group, frame.node)
         elif frame.node:
             metrics.frames.inc()

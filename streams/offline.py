@@ -79,7 +79,7 @@ def _gc_paused() -> Iterator[None]:
 def _feed(pipeline: Pipeline, frames: list[FrameData], now_s: float) -> list[Scored]:
     for f in frames:
         if f.left:
-            pipeline.leave(f.group, f.node, f.ts)
+            pipeline.leave(f.group, f.node, f.ts, now_s)
         else:
             pipeline.add(f.group, f.node, f.ts, f.values, f.gpus, now_s, f.role)
     scored: list[Scored] = []

@@ -155,10 +155,10 @@ class Pipeline:
         self.node_health.add(group, node, ts, values, gpus)
         return self.window(group).add(node, ts, values, gpus, now_s, role)
 
-    def leave(self, group: str, node: str, ts: int) -> None:
+    def leave(self, group: str, node: str, ts: int, now_s: float) -> None:
         """``node`` left ``group`` at bucket ``ts``; its alerts resolve at the next scored
         bucket."""
-        self.window(group).leave(node, ts)
+        self.window(group).leave(node, ts, now_s)
 
     def add_log_xid(self, group: str, event: XidEvent) -> None:
         """An XID from a kernel log line; judged with the next scored bucket of the node's

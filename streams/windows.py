@@ -106,7 +106,7 @@ class GroupWindow:
             self.joined[node] = ts
         return True
 
-    def leave(self, node: str, ts: int) -> None:
+    def leave(self, node: str, ts: int, now_s: float) -> None:
         """The node left the group at bucket ``ts``: from then on not expected, not silent.
 
         Its frames for older buckets may still arrive (the frame builder sends the
@@ -115,6 +115,7 @@ class GroupWindow:
         does.
         """
         self.left[node] = max(ts, self.left.get(node, ts))
+        self.last_arrival_s = now_s
         for bucket_ts, bucket in self._open.items():
             if bucket_ts >= ts:
                 bucket.frames.pop(node, None)
@@ -160,7 +161,10 @@ class GroupWindow:
         ``membership_buckets``), or None while it goes on."""
         if self._open:
             return None
-        if not self.last_seen.keys() - self.left.keys():
+        # Departed nodes' frames for older buckets may still come (the builder sends a
+        # departure first): only once those buckets are closed is nobody left.
+        older_open = self.left and self.closed_upto < max(self.left.values()) - self.bucket_ms
+        if not (self.last_seen.keys() - self.left.keys() or older_open):
             return "every node left the group"
         quiet_s = self.membership_buckets * self.bucket_ms / 1000.0
         if self.last_arrival_s is not None and now_s - self.last_arrival_s >= quiet_s:

@@ -58,7 +58,7 @@ def test_when_every_node_departed_the_groups_alerts_resolve_and_it_is_dropped(
     open_alerts = firing(p, catalog)
     ts = T0 + 10 * B
     for node in NODES:
-        p.leave("job-a", node, ts)
+        p.leave("job-a", node, ts, ts / 1000)
     (end,) = p.due("job-a", ts / 1000 + 1)
     assert end.ended == "every node left the group"
     # the departed nodes' per-GPU health is theirs: it follows them, it does not end here
@@ -98,7 +98,7 @@ def test_an_ended_group_that_comes_back_starts_afresh(catalog: XidCatalog) -> No
     p = Pipeline(DEFAULT_FEATURES, ScoringParams(), catalog, membership_buckets=MEMBERSHIP)
     firing(p, catalog)
     for node in NODES:
-        p.leave("job-a", node, T0 + 10 * B)
+        p.leave("job-a", node, T0 + 10 * B, (T0 + 10 * B) / 1000)
     p.due("job-a", (T0 + 10 * B) / 1000 + 1)
     out = [s for i in range(40, 44) for s in run(p, i, {n: busy() for n in NODES})]
     assert [c for s in out for c in s.changes] == []

@@ -5,9 +5,12 @@ from __future__ import annotations
 import pytest
 
 from detectors.features import DEFAULT_FEATURES
+from detectors.group import ScoringParams
+from streams.catalog import load_xid_catalog
 from streams.ingest.frames import FrameBuilder, FrameData
 from streams.ingest.producer import encode_frame
 from streams.ingest.series import Series
+from streams.pipeline import Pipeline
 from streams.records import Frame
 from streams.windows import GroupWindow
 
@@ -59,7 +62,7 @@ def test_window_forgets_a_departed_node_so_it_is_not_expected() -> None:
     for node in ("n1", "n2"):
         win.add(node, 0, {"procs_running": 10.0}, {}, now_s=0.0)
     win.due(now_s=100.0)
-    win.leave("n2", 30_000)
+    win.leave("n2", 30_000, now_s=100.0)
     assert win.expected_at(30_000) == frozenset({"n1"})
 
 
@@ -257,11 +260,13 @@ def test_a_departure_sent_before_the_old_groups_last_frame_still_departs() -> No
         b.add([Series(series[0], [(series[1], 12.0)])])
         frames += b.close_due_by_watermark()
     assert [(f.group, f.ts, f.left) for f in frames] == [("c", B, True), ("c", 0, False)]
-    win = GroupWindow("c", DEFAULT_FEATURES, B, grace_s=20.0, membership_buckets=20)
-    for f in frames:
+    p = Pipeline(DEFAULT_FEATURES, ScoringParams(), load_xid_catalog("nvidia"))
+    for f in frames:  # as the worker does: each frame, then what is due
         if f.left:
-            win.leave(f.node, f.ts)
+            p.leave(f.group, f.node, f.ts, now_s=0.0)
         else:
-            win.add(f.node, f.ts, f.values, f.gpus, now_s=0.0)
+            p.add(f.group, f.node, f.ts, f.values, f.gpus, now_s=0.0)
+        p.due(f.group, now_s=0.0)
+    win = p.windows["c"]
     assert win.expected_at(0) == frozenset({"n1"})  # it was the cluster's in bucket 0
     assert win.expected_at(B) == win.expected_at(5 * B) == frozenset()

@@ -79,7 +79,7 @@ def test_per_gpu_values_of_a_frame_whose_bucket_a_departure_emptied_still_count(
         for n in NODES:
             p.add("job-a", n, ts, healthy(), {}, ts / 1000)
         p.add(gpu_group, "n09", ts, healthy(**{"xid_last@1": xid}), {}, ts / 1000)
-        p.leave("job-a", "n09", ts)
+        p.leave("job-a", "n09", ts, ts / 1000)
         p.add("cluster", "n09", ts, {"procs_running": 40.0}, {}, ts / 1000)
         out = {g: p.due(g, ts / 1000 + 60) for g in list(p.windows)}
         assert xid_changes(out) == ([("cluster", "n09", "firing", "1")] if i == 5 else [])

@@ -253,7 +253,7 @@ def test_a_node_first_seen_in_a_newer_bucket_is_not_expected_in_an_older_one() -
 def test_leave_stops_expecting_the_node_and_drops_its_open_frames() -> None:
     win = established()
     win.add("n3", B, FRAME, {}, now_s=101.0)
-    win.leave("n3", B)
+    win.leave("n3", B, now_s=101.0)
     win.add("n1", B, FRAME, {}, now_s=101.0)
     win.add("n2", B, FRAME, {}, now_s=101.0)
     (bucket,) = win.due(now_s=101.0)
@@ -314,7 +314,7 @@ def test_oldest_open_age_drops_once_the_bucket_closed() -> None:
 
 def test_a_departed_node_that_sends_a_newer_frame_is_a_member_again() -> None:
     win = established()
-    win.leave("n3", B)
+    win.leave("n3", B, now_s=101.0)
     win.add("n3", B, FRAME, {}, now_s=101.0)  # the departure's bucket: not the group's
     assert "n3" not in win.expected_at(B)
     win.add("n3", 3 * B, FRAME, {}, now_s=102.0)
@@ -324,9 +324,28 @@ def test_a_departed_node_that_sends_a_newer_frame_is_a_member_again() -> None:
 
 def test_a_departure_survives_a_snapshot() -> None:
     win = established()
-    win.leave("n3", 2 * B)
+    win.leave("n3", 2 * B, now_s=101.0)
     restored = window()
     restored.restore(json.loads(json.dumps(win.snapshot())))
     restored.add("n3", B, FRAME, {}, now_s=101.0)  # an older frame, after the restart
     assert "n3" in restored.expected_at(B)
     assert "n3" not in restored.expected_at(2 * B)
+
+
+def test_a_window_that_only_got_a_departure_waits_for_the_older_frames() -> None:
+    """The departure can come before the node's last frames here: the group has not ended."""
+    win = window()
+    win.leave("n1", B, now_s=0.0)
+    assert win.ended(now_s=1.0) is None
+    assert win.ended(now_s=20 * B / 1000) == "no frame for 20 buckets"
+
+
+def test_a_group_whose_every_node_departed_ends_once_the_older_buckets_closed() -> None:
+    win = established()
+    for node in ("n1", "n2", "n3"):
+        win.leave(node, 2 * B, now_s=101.0)
+    assert win.ended(now_s=101.0) is None  # bucket B may still get their frames
+    for node in ("n1", "n2", "n3"):
+        win.add(node, B, FRAME, {}, now_s=102.0)
+    assert closed_ts(win.due(now_s=102.0)) == [B]
+    assert win.ended(now_s=102.0) == "every node left the group"
