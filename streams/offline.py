@@ -93,6 +93,6 @@ def run_offline(rounds: Iterable[tuple[int, list[Series]]], settings: Settings) 
     for frames, scored in score_rounds(rounds, settings):
         run.frames += len(frames)
         for item in scored:
-            run.buckets += 1
+            run.buckets += not item.ended
             run.changes.extend(item.changes)
     return run

@@ -127,7 +127,8 @@ def expected_outcome(
     changes: list[tuple[str, Identity, int]] = []
     for _, scored in score_rounds(rounds(configs, end_ms), Settings(group_labels=GROUP_LABELS)):
         for item in scored:
-            buckets[(item.bucket.group, item.bucket.ts)] = len(item.bucket.frames)
+            if not item.ended:  # a group's end scores no bucket, it only resolves
+                buckets[(item.bucket.group, item.bucket.ts)] = len(item.bucket.frames)
             changes += [(c.status, identity(alert_labels(c)), c.bucket_ts) for c in item.changes]
     return buckets, changes
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 import pytest
 from prometheus_client import generate_latest
 
+from detectors.alerts import AlertChange
 from detectors.features import DEFAULT_FEATURES
 from detectors.group import ScoringParams
 from detectors.xid import XidCatalog
+from streams.alerting import to_payload
 from streams.catalog import load_xid_catalog
 from streams.metrics import WorkerMetrics
 from streams.pipeline import Pipeline, Scored
@@ -116,3 +118,18 @@ def test_an_ended_groups_metric_series_are_removed() -> None:
     m.forget_group("never-seen")  # nothing to remove: no error
     text = generate_latest(m.registry).decode()
     assert 'group="job-a"' not in text and 'group="job-b"' in text
+
+
+def test_the_resolutions_carry_the_labels_the_alerts_fired_with(catalog: XidCatalog) -> None:
+    """Alertmanager (and the sink's re-send list) match a resolution to its alert by labels."""
+    p = Pipeline(DEFAULT_FEATURES, ScoringParams(), catalog, membership_buckets=MEMBERSHIP)
+    out = [s for i in range(6) for s in run(p, i, {n: busy() for n in NODES})]
+    for i in range(6, 10):
+        out += run(p, i, {n: busy() for n in NODES if n != "n07"})
+    fired = {alert_key(c) for s in out for c in s.changes if c.status == "firing"}
+    (end,) = p.due("job-a", (T0 + 9 * B) / 1000 + 30 + MEMBERSHIP * B / 1000)
+    assert {alert_key(c) for c in end.changes} == fired
+
+
+def alert_key(change: AlertChange) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(to_payload(change)["labels"].items()))
