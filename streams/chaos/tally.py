@@ -51,6 +51,8 @@ DECISION_LINE = re.compile(
 )
 # The Alertmanager sink's longest backoff: after an outage it may wait this long to retry.
 SINK_BACKOFF_MAX_S = 30.0
+# A firing resolved this soon after it was decided may never leave the outbox as firing.
+COALESCED_S = 1.0
 
 DecisionKey = tuple[str, str, str, str, int]  # status, alertname, group, node ("None"), bucket
 
@@ -82,7 +84,9 @@ def _resolved_while_unreachable(
     times: Mapping[DecisionKey, float],
     unreachable: Iterable[tuple[float, float]],
 ) -> bool:
-    """Each firing of the alert was resolved before Alertmanager could be reached again.
+    """Each firing of the alert was resolved before Alertmanager could be reached again,
+    or within ``COALESCED_S`` of its decision (a warning XID superseded by the critical
+    one a bucket later).
 
     The outbox keeps the latest state per alert, so such an alert reaches
     Alertmanager as resolved only: its API never lists it as active.
@@ -97,6 +101,8 @@ def _resolved_while_unreachable(
         ended = None if resolve is None else times.get(_decision_key(resolve))
         if fired is None or ended is None:
             return False
+        if ended - fired <= COALESCED_S:
+            continue  # superseded in the outbox before it was sent: only the resolve goes out
         if not any(a <= fired and ended <= b + SINK_BACKOFF_MAX_S for a, b in spans):
             return False
     return True

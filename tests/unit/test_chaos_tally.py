@@ -114,3 +114,25 @@ def test_an_alert_shown_again_after_its_resolve_landed_is_resurrected() -> None:
     gone = run(**common, am_polls=(polls, {identity(COLLAPSE): {0}}))
     flicker = run(**common, am_polls=(polls, {identity(COLLAPSE): {0, 1, 3}}))  # one poll
     assert (back.am_resurrected, gone.am_resurrected, flicker.am_resurrected) == (1, 0, 0)
+
+
+def test_an_alert_resolved_before_it_could_leave_the_outbox_is_not_lost() -> None:
+    """A warning superseded a moment later (the critical XID): only its resolve goes out."""
+    log = DECISIONS_LOG.replace("08:00:20,000", "08:00:10,200")  # resolved 0.2 s later
+    report = run(
+        decided=[record("firing", B), record("resolved", 2 * B)],
+        am_seen={},
+        am_final=set(),
+        decision_times=decision_times([log]),
+    )
+    assert (report.firing_lost, report.firing_resolved_unreachable) == (0, 1)
+    # the same alert resolved 10 s later, with Alertmanager reachable, is lost
+    assert (
+        run(
+            decided=[record("firing", B), record("resolved", 2 * B)],
+            am_seen={},
+            am_final=set(),
+            decision_times=decision_times([DECISIONS_LOG]),
+        ).firing_lost
+        == 1
+    )
