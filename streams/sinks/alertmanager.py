@@ -22,7 +22,6 @@ Errors::
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -32,7 +31,7 @@ from typing import Any
 import httpx
 
 from streams.sinks.credentials import without_userinfo
-from streams.sinks.outbox import Outbox, Outcome, deliver_forever
+from streams.sinks.outbox import Outbox, Outcome, alert_key, deliver_forever
 
 log = logging.getLogger("peerwatch.alertmanager")
 
@@ -45,10 +44,6 @@ def rfc3339(epoch_s: float) -> str:
         .isoformat(timespec="milliseconds")
         .replace("+00:00", "Z")
     )
-
-
-def _key(labels: dict[str, str]) -> str:
-    return json.dumps(sorted(labels.items()), separators=(",", ":"))
 
 
 class AlertmanagerSink:
@@ -84,7 +79,7 @@ class AlertmanagerSink:
     def submit(self, alerts: Iterable[Payload]) -> None:
         """Queue alert states (``status`` "firing" or "resolved"); delivery is async."""
         for alert in alerts:
-            key = _key(alert["labels"])
+            key = alert_key(alert["labels"])
             if alert.get("status") == "resolved":
                 self._firing.pop(key, None)
                 now = self._clock()
@@ -103,7 +98,7 @@ class AlertmanagerSink:
         firing; this puts those alerts back on the resend schedule.
         """
         for alert in alerts:
-            self._firing.setdefault(_key(alert["labels"]), alert)
+            self._firing.setdefault(alert_key(alert["labels"]), alert)
 
     def forget_group(self, group: str) -> None:
         """Stop re-sending ``group``'s firing alerts: another worker owns the group now and

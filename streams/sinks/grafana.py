@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from typing import Any
 
@@ -27,7 +26,7 @@ import httpx
 from detectors.alerts import AlertChange
 from streams.alerting import alert_annotations, alert_labels
 from streams.sinks.credentials import without_userinfo
-from streams.sinks.outbox import Outbox, Outcome, deliver_forever
+from streams.sinks.outbox import Outbox, Outcome, alert_key, deliver_forever
 
 log = logging.getLogger("peerwatch.grafana")
 
@@ -57,8 +56,7 @@ class GrafanaSink:
 
     def submit(self, changes: list[AlertChange]) -> None:
         for change in changes:
-            key = json.dumps(sorted(alert_labels(change).items()), separators=(",", ":"))
-            self._outbox.put(key, change.to_dict())
+            self._outbox.put(alert_key(alert_labels(change)), change.to_dict())
         if changes:
             self._wake.set()
 

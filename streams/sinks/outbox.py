@@ -30,11 +30,20 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Outbox", "OutboxLocked", "Outcome", "deliver_forever", "open_outbox"]
+__all__ = ["Outbox", "OutboxLocked", "Outcome", "alert_key", "deliver_forever", "open_outbox"]
 
 log = logging.getLogger("peerwatch.outbox")
 
 Item = dict[str, Any]  # JSON-able
+
+
+def alert_key(labels: Mapping[str, str]) -> str:
+    """An alert's outbox key: its label set (its identity in Alertmanager), as one string."""
+    return json.dumps(sorted(labels.items()), separators=(",", ":"))
+
+
+def _journal_line(key: str, item: Item | None) -> str:
+    return json.dumps({"k": key, "v": item}, separators=(",", ":")) + "\n"
 
 
 class OutboxLocked(RuntimeError):
@@ -114,7 +123,7 @@ class Outbox:
     def _record(self, key: str, item: Item | None) -> None:
         if self._file is None:
             return
-        self._file.write(json.dumps({"k": key, "v": item}, separators=(",", ":")) + "\n")
+        self._file.write(_journal_line(key, item))
         self._file.flush()
         self._journal_lines += 1
 
@@ -153,7 +162,7 @@ class Outbox:
         tmp = self._path.with_suffix(self._path.suffix + ".tmp")
         with open(tmp, "w", encoding="utf-8") as f:
             for key, item in self._items.items():
-                f.write(json.dumps({"k": key, "v": item}, separators=(",", ":")) + "\n")
+                f.write(_journal_line(key, item))
         os.replace(tmp, self._path)
         self._journal_lines = len(self._items)
 
