@@ -209,11 +209,8 @@ class MembershipFollower:
         self._file = MembershipFile(path) if path else None
         self._bootstrap, self._topic = bootstrap, topic
         self._poll_s = poll_s
-        self.events = 0
-        self.rejected = 0
 
     def apply(self, event: MembershipEvent) -> None:
-        self.events += 1
         for node, job in self.table.apply(event).items():
             self._assign(node, job)
             log.info("membership_changed node=%s job=%s", node, job)
@@ -254,7 +251,6 @@ class MembershipFollower:
                     try:
                         self.apply(parse_event(message.value or b""))
                     except MembershipError as exc:
-                        self.rejected += 1
                         log.warning(
                             "membership_event_rejected topic=%s partition=%d offset=%d reason=%s",
                             message.topic,
