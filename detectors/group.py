@@ -561,7 +561,7 @@ def score_bucket(
     expected_set = set(expected)
     known = {node for (_, node) in state.alerts if node is not None} | set(state.baselines.nodes)
     populations, composition = step_populations(
-        state.populations.retain(expected_set), frames, expected_set, params.population, known
+        state.populations, frames, expected_set, params.population, known
     )
     # Only the job population is scored; idle nodes are reported, never paged.
     members = sorted(populations.job)

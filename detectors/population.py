@@ -100,15 +100,6 @@ class Populations:
     idle: frozenset[str] = frozenset()
     idle_streak: Mapping[str, int] = field(default_factory=dict)
 
-    def retain(self, nodes: Collection[str]) -> Populations:
-        """Forget nodes outside ``nodes`` (no longer members of the group)."""
-        keep = set(nodes)
-        return Populations(
-            self.job & keep,
-            self.idle & keep,
-            {n: k for n, k in self.idle_streak.items() if n in keep},
-        )
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "job": sorted(self.job),
@@ -131,7 +122,8 @@ def step_populations(
     params: PopulationParams,
     known: Collection[str] = (),
 ) -> tuple[Populations, Composition]:
-    """One bucket: place every member in the job or idle population.
+    """One bucket: place every member in the job or idle population (nodes outside
+    ``members`` are forgotten).
 
     ``frames`` are the bucket's frames, ``members`` the group's expected nodes,
     ``known`` nodes the group's detectors already hold state for (open alerts,
