@@ -11,9 +11,27 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from detectors.failslow.slo import SloSummary
 from detectors.phase import PHASES
 from detectors.population import Composition
+from streams.process_metrics import register_process_metrics
 
 log = logging.getLogger("peerwatch.ingest")
 
+# from a /metrics scrape (ms) to a large remote_write body under load (s)
+REQUEST_BUCKETS_S = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+)
 LIMIT_LOG_EVERY_S = 60.0  # a cardinality limit's drops are logged at most this often per reason
 
 
@@ -25,6 +43,7 @@ class IngestMetrics:
 
     def __post_init__(self) -> None:
         r = self.registry
+        register_process_metrics(r)
         self.requests = Counter(
             "peerwatch_ingest_requests",
             "remote_write requests by HTTP status",
@@ -50,6 +69,13 @@ class IngestMetrics:
         )
         self.in_flight = Gauge(
             "peerwatch_ingest_requests_in_flight", "writes being read or decoded", registry=r
+        )
+        self.request_seconds = Histogram(
+            "peerwatch_ingest_request_duration_seconds",
+            "time to answer an HTTP request, by route and status code",
+            ["handler", "code"],
+            registry=r,
+            buckets=REQUEST_BUCKETS_S,
         )
         self.task_failures = Counter(
             "peerwatch_ingest_task_failures",
@@ -109,6 +135,7 @@ class WorkerMetrics:
 
     def __post_init__(self) -> None:
         r = self.registry
+        register_process_metrics(r)
         self.ready = Gauge(
             "peerwatch_worker_ready",
             "1 while the worker owns its partitions and its frames agent runs",
@@ -181,11 +208,11 @@ class WorkerMetrics:
             self.job_throughput_p50,
             self.job_throughput_p5,
             self.job_slow,
-            self.job_seconds_below_slo,
-            self.job_gpu_hours_allocated,
-            self.job_gpu_hours_in_band,
-            self.job_gpu_hours_lost,
-            self.job_gpu_hours_healthy_waiting,
+            self.job_below_slo_seconds,
+            self.job_allocated_gpu_seconds,
+            self.job_in_band_gpu_seconds,
+            self.job_lost_gpu_seconds,
+            self.job_healthy_waiting_gpu_seconds,
             self.job_slow_incidents,
         ):
             metric.remove(group)
@@ -231,33 +258,33 @@ class WorkerMetrics:
 
     def _slo_counters(self) -> None:
         r = self.registry
-        self.job_seconds_below_slo = Counter(
-            "peerwatch_job_seconds_below_slo",
+        self.job_below_slo_seconds = Counter(
+            "peerwatch_job_below_slo_seconds",
             "seconds the job ran below the SLO band (a fraction of its baseline)",
             ["group"],
             registry=r,
         )
-        self.job_gpu_hours_allocated = Counter(
-            "peerwatch_job_gpu_hours_allocated",
-            "GPU-hours allocated to the job",
+        self.job_allocated_gpu_seconds = Counter(
+            "peerwatch_job_allocated_gpu_seconds",
+            "GPU-seconds allocated to the job",
             ["group"],
             registry=r,
         )
-        self.job_gpu_hours_in_band = Counter(
-            "peerwatch_job_gpu_hours_in_band",
-            "GPU-hours the job ran within the SLO band",
+        self.job_in_band_gpu_seconds = Counter(
+            "peerwatch_job_in_band_gpu_seconds",
+            "GPU-seconds the job ran within the SLO band",
             ["group"],
             registry=r,
         )
-        self.job_gpu_hours_lost = Counter(
-            "peerwatch_job_gpu_hours_lost",
-            "GPU-hours lost to running below the baseline",
+        self.job_lost_gpu_seconds = Counter(
+            "peerwatch_job_lost_gpu_seconds",
+            "GPU-seconds lost to running below the baseline",
             ["group"],
             registry=r,
         )
-        self.job_gpu_hours_healthy_waiting = Counter(
-            "peerwatch_job_gpu_hours_healthy_waiting",
-            "healthy GPU-hours spent waiting on a slow culprit",
+        self.job_healthy_waiting_gpu_seconds = Counter(
+            "peerwatch_job_healthy_waiting_gpu_seconds",
+            "healthy GPU-seconds spent waiting on a slow culprit",
             ["group"],
             registry=r,
         )
@@ -290,11 +317,16 @@ class WorkerMetrics:
         if slow is not None:
             self.job_slow.labels(group=group).set(1.0 if slow else 0.0)
         for name, counter, total in (
-            ("seconds_below", self.job_seconds_below_slo, summary.seconds_below),
-            ("allocated", self.job_gpu_hours_allocated, summary.gpu_hours_allocated),
-            ("in_band", self.job_gpu_hours_in_band, summary.gpu_hours_in_band),
-            ("lost", self.job_gpu_hours_lost, summary.gpu_hours_lost),
-            ("waiting", self.job_gpu_hours_healthy_waiting, summary.healthy_gpu_hours_waiting),
+            ("seconds_below", self.job_below_slo_seconds, summary.seconds_below),
+            # the summary counts GPU-hours; Prometheus names carry base units (seconds)
+            ("allocated", self.job_allocated_gpu_seconds, 3600 * summary.gpu_hours_allocated),
+            ("in_band", self.job_in_band_gpu_seconds, 3600 * summary.gpu_hours_in_band),
+            ("lost", self.job_lost_gpu_seconds, 3600 * summary.gpu_hours_lost),
+            (
+                "waiting",
+                self.job_healthy_waiting_gpu_seconds,
+                3600 * summary.healthy_gpu_hours_waiting,
+            ),
             ("incidents", self.job_slow_incidents, float(summary.incident_count)),
         ):
             grown = total - self._exported.get((name, group), 0.0)

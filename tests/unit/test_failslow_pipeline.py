@@ -443,8 +443,9 @@ def test_worker_exports_slo_figures_and_counters_advance_by_growth() -> None:
     text = generate_latest(metrics.registry).decode()
     assert 'peerwatch_job_throughput_baseline{group="job"} 1000.0' in text
     assert 'peerwatch_job_throughput_p5{group="job"} 800.0' in text
-    assert 'peerwatch_job_gpu_hours_allocated_total{group="job"} 3.0' in text
-    assert 'peerwatch_job_gpu_hours_in_band_total{group="job"} 1.5' in text
-    assert 'peerwatch_job_gpu_hours_healthy_waiting_total{group="job"} 0.1' in text
-    assert 'peerwatch_job_seconds_below_slo_total{group="job"} 60.0' in text
+    # GPU-hours in the summary, GPU-seconds on /metrics (base units)
+    assert 'peerwatch_job_allocated_gpu_seconds_total{group="job"} 10800.0' in text
+    assert 'peerwatch_job_in_band_gpu_seconds_total{group="job"} 5400.0' in text
+    assert 'peerwatch_job_healthy_waiting_gpu_seconds_total{group="job"} 360.0' in text
+    assert 'peerwatch_job_below_slo_seconds_total{group="job"} 60.0' in text
     assert 'peerwatch_job_slow{group="job"} 0.0' in text
