@@ -24,8 +24,17 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 def _settings(ctx: click.Context, **flags: Any) -> Settings:
     try:
         return load_settings(ctx.obj["config"], **flags)
-    except (ValidationError, ValueError, OSError) as exc:
+    except ValidationError as exc:
+        raise click.ClickException(f"ValidationError: {_without_inputs(exc)}") from None
+    except (ValueError, OSError) as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+
+
+def _without_inputs(exc: ValidationError) -> str:
+    """The errors by setting name, without the values given: pydantic's own text quotes
+    them, and the value of a misspelled secret setting is still a secret."""
+    errors = exc.errors(include_input=False, include_url=False, include_context=False)
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in errors)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -424,21 +433,36 @@ def xid_log(ctx: click.Context, kafka: str | None, node: str, group: str) -> Non
     click.echo(f"sent {sent} XID lines", err=True)
 
 
+@main.command("settings")
+@click.pass_context
+def show_settings(ctx: click.Context) -> None:
+    """Print the effective settings (file < env < flags) as YAML, secrets masked."""
+    import yaml
+
+    click.echo(yaml.safe_dump(_settings(ctx).redacted(), sort_keys=False), nl=False)
+
+
 @main.command("prometheus-config")
 @click.option(
     "--url",
     default=None,
     help="The ingest's remote_write URL (default http://peerwatch-ingest:9201/api/v1/write).",
 )
+@click.option("--bearer-token-file", help="Prometheus sends the token in this file.")
+@click.option("--basic-auth-username", help="Prometheus sends basic auth with this user ...")
+@click.option("--basic-auth-password-file", help="... and the password in this file.")
+@click.option("--ca-file", help="Prometheus verifies the ingest's HTTPS certificate with this CA.")
 @click.pass_context
-def prometheus_config(ctx: click.Context, url: str | None) -> None:
+def prometheus_config(ctx: click.Context, url: str | None, **auth: str | None) -> None:
     """Print the remote_write snippet for prometheus.yml that keeps what peerwatch reads."""
     from detectors.features import DEFAULT_FEATURES, select_features
-    from streams.deploy_config import DEFAULT_WRITE_URL, remote_write_config
+    from streams.deploy_config import DEFAULT_WRITE_URL, WriterAuth, remote_write_config
 
     settings = _settings(ctx)
     try:
         features = select_features(DEFAULT_FEATURES, settings.features)
+        writer_auth = WriterAuth(**auth) if any(auth.values()) else None
     except ValueError as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
-    click.echo(remote_write_config(features, url or DEFAULT_WRITE_URL), nl=False)
+    text = remote_write_config(features, url or DEFAULT_WRITE_URL, writer_auth)
+    click.echo(text, nl=False)

@@ -98,6 +98,12 @@ class IngestMetrics:
         self.ha_failovers = Counter(
             "peerwatch_ingest_ha_failovers", "HA Prometheus replica elections changed", registry=r
         )
+        self.auth_failures = Counter(
+            "peerwatch_ingest_auth_failures",
+            "writes refused with 401, by reason (missing, scheme, malformed, wrong)",
+            ["reason"],
+            registry=r,
+        )
 
     def count_samples(self, accepted: int, dropped: Mapping[str, int], now_s: float) -> None:
         """One write's samples by outcome. Drops by a cardinality limit (``*_limit``) are

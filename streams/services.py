@@ -34,6 +34,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -251,9 +252,11 @@ class PeerwatchProcess(_ManagedProcess):
         log_path: Path,
         ready_url: str,
         ready_text: str | None = None,
+        ready_context: ssl.SSLContext | None = None,
     ) -> None:
         super().__init__()
         self.name = f"peerwatch {args[0]}"
+        self._ready_context = ready_context  # for an https ``ready_url``
         self._args = args
         self._env = env
         self._log_path = log_path
@@ -268,7 +271,9 @@ class PeerwatchProcess(_ManagedProcess):
 
     def _is_ready(self) -> bool:
         try:
-            with urllib.request.urlopen(self._ready_url, timeout=2) as reply:
+            with urllib.request.urlopen(
+                self._ready_url, timeout=2, context=self._ready_context
+            ) as reply:
                 body = reply.read().decode(errors="replace")
         except (OSError, ValueError):
             return False

@@ -8,12 +8,13 @@ flags. Passed explicitly to whatever needs it; there is no global instance.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -83,6 +84,17 @@ class Settings(BaseSettings):
     ingest_wal_dir: Path | None = Field(
         None, description="write-ahead log: a body answered 204 survives a kill (unset: off)"
     )
+    # who may write (streams.ingest.security): TLS, and a bearer token and/or a basic-auth pair;
+    # every secret below can also come from a file: the same name with ``_file``
+    ingest_tls_cert_file: Path | None = Field(None, description="PEM certificate (chain): HTTPS")
+    ingest_tls_key_file: Path | None = Field(None, description="PEM private key of the cert")
+    ingest_bearer_token: SecretStr | None = Field(
+        None, description="writes must send Authorization: Bearer <token>"
+    )
+    ingest_bearer_token_file: Path | None = None
+    ingest_basic_auth_username: str | None = None
+    ingest_basic_auth_password: SecretStr | None = None
+    ingest_basic_auth_password_file: Path | None = None
 
     # worker
     worker_web_port: int = Field(6066, ge=0, le=65535)
@@ -97,11 +109,22 @@ class Settings(BaseSettings):
     xid_profile: str = "nvidia"
     xid_overrides: Path | None = None
 
-    # alert outputs
+    # alert outputs; credentials in a URL's userinfo work too (sent as basic auth)
     alertmanager_url: str | None = "http://127.0.0.1:9093"
+    alertmanager_username: str | None = None
+    alertmanager_password: SecretStr | None = None
+    alertmanager_password_file: Path | None = None
+    alertmanager_bearer_token: SecretStr | None = None
+    alertmanager_bearer_token_file: Path | None = None
+    alertmanager_ca_file: Path | None = Field(None, description="PEM CA bundle to verify HTTPS")
     alert_resend_s: float = Field(60.0, gt=0)
     grafana_url: str | None = None
     grafana_token: SecretStr | None = None
+    grafana_token_file: Path | None = None
+    grafana_username: str | None = None
+    grafana_password: SecretStr | None = None
+    grafana_password_file: Path | None = None
+    grafana_ca_file: Path | None = Field(None, description="PEM CA bundle to verify HTTPS")
     grafana_dashboard_uid: str | None = Field(
         None, description="annotate this dashboard; organisation-wide (found by tags) if unset"
     )
@@ -118,14 +141,69 @@ class Settings(BaseSettings):
     def _empty_is_off(cls, v: object) -> object:
         return None if v == "" else v
 
+    @model_validator(mode="after")
+    def _secrets_from_files(self) -> Settings:
+        """``<secret>_file`` fills ``<secret>`` with the file's text (a Kubernetes Secret
+        mounted as a volume); the error names the file, never its content."""
+        for name in secret_setting_names():
+            path = getattr(self, f"{name}_file", None)
+            if path is None:
+                continue
+            if getattr(self, name) is not None:
+                raise ValueError(f"{name} and {name}_file are both set; set one")
+            try:
+                text = Path(path).read_text(encoding="utf-8").rstrip("\r\n")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ValueError(f"{name}_file {path}: {type(exc).__name__}") from None
+            if not text:
+                raise ValueError(f"{name}_file {path} is empty")
+            setattr(self, name, SecretStr(text))
+        return self
+
+    @model_validator(mode="after")
+    def _pairs_complete(self) -> Settings:
+        for first, second in (
+            ("ingest_tls_cert_file", "ingest_tls_key_file"),
+            ("ingest_basic_auth_username", "ingest_basic_auth_password"),
+            ("alertmanager_username", "alertmanager_password"),
+            ("grafana_username", "grafana_password"),
+        ):
+            if (getattr(self, first) is None) != (getattr(self, second) is None):
+                raise ValueError(f"{first} and {second} go together; set both or neither")
+        for sink, token in (("alertmanager", "bearer_token"), ("grafana", "token")):
+            if getattr(self, f"{sink}_password") and getattr(self, f"{sink}_{token}"):
+                raise ValueError(f"{sink}_password and {sink}_{token}: one kind of auth per sink")
+        return self
+
     @property
     def bucket_ms(self) -> int:
         return self.bucket_s * 1000
+
+    def redacted(self) -> dict[str, Any]:
+        """Every setting as plain data, secrets and URL passwords masked (a settings dump)."""
+        data = self.model_dump(mode="json")  # SecretStr dumps as "**********"
+        for name, value in data.items():
+            if isinstance(value, str):
+                data[name] = _URL_PASSWORD.sub(r"\1:**********@", value)
+        return data
 
     @property
     def broker_host_port(self) -> str:
         """``host:port,...`` without the ``kafka://`` scheme (for aiokafka)."""
         return ",".join(u.split("://", 1)[-1] for u in self.kafka.split(";"))
+
+
+# ``scheme://user:password@`` in a URL (or each of a ``;``-separated list)
+_URL_PASSWORD = re.compile(r"(://[^/@:;]*):[^/@;]*@")
+
+
+def secret_setting_names() -> list[str]:
+    """The settings that hold secrets (typed ``SecretStr``): never shown in full anywhere."""
+    return [
+        name
+        for name, field in Settings.model_fields.items()
+        if "SecretStr" in str(field.annotation)
+    ]
 
 
 _MAX_FILE_BYTES = 256 * 1024  # a settings file is a few KB; bounds the parsers' time

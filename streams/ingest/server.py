@@ -3,6 +3,7 @@
 Status codes follow what Prometheus does with them (REFERENCE.md):
 
     204  accepted (also metadata-only requests)
+    401  no or wrong credentials, when the ingest asks for them (``security``)
     400  undecodable body; one-line reason; Prometheus drops it (retrying the
          same bytes cannot help)
     413  body above ``max_body_bytes``
@@ -36,6 +37,7 @@ from streams.ingest.frames import AddStats, FrameData, frame_builder_for
 from streams.ingest.membership import MembershipFollower
 from streams.ingest.producer import FrameProducer
 from streams.ingest.remote_write import RemoteWriteError, WriteRequestDecoder
+from streams.ingest.security import WriteAuth, server_ssl_context
 from streams.ingest.series import Series
 from streams.ingest.wal import WriteAheadLog
 from streams.metrics import IngestMetrics
@@ -55,6 +57,7 @@ class Ingest:
         self.settings = settings
         self.producer = producer
         self.metrics = metrics
+        self.auth = WriteAuth.from_settings(settings)
         self.builder = frame_builder_for(settings)
         # Series of metrics no feature uses are skipped before their labels are
         # parsed: most of what exporters send, and most of the decode cost.
@@ -103,7 +106,23 @@ class Ingest:
             return "kafka unreachable"
         return "backlog full"
 
+    def _refused(self, request: web.Request) -> web.Response | None:
+        """The 401 for a write without the credentials the settings ask for, else None."""
+        if self.auth is None:
+            return None
+        reason = self.auth.failure(request.headers.get("Authorization"))
+        if reason is None:
+            return None
+        self.metrics.auth_failures.labels(reason=reason).inc()
+        self.auth.log_failure(reason, request.remote, time.monotonic())
+        reply = self._reply(401, "unauthorized\n")
+        for challenge in self.auth.challenges:
+            reply.headers.add("WWW-Authenticate", challenge)
+        return reply
+
     async def write(self, request: web.Request) -> web.Response:
+        if (refused := self._refused(request)) is not None:
+            return refused
         ctype = request.headers.get("Content-Type", "application/x-protobuf")
         if "proto=io.prometheus.write.v2" in ctype or not ctype.startswith(
             "application/x-protobuf"
@@ -297,11 +316,19 @@ def build_ingest(settings: Settings) -> Ingest:
 
 def run_ingest(settings: Settings) -> None:
     ingest = build_ingest(settings)
-    log.info("ingest_listening host=%s port=%d", settings.ingest_host, settings.ingest_port)
+    ssl_context = server_ssl_context(settings)
+    log.info(
+        "ingest_listening host=%s port=%d tls=%s auth=%s",
+        settings.ingest_host,
+        settings.ingest_port,
+        ssl_context is not None,
+        "+".join(ingest.auth.schemes) if ingest.auth else "none",
+    )
     web.run_app(
         ingest.app(),
         host=settings.ingest_host,
         port=settings.ingest_port,
+        ssl_context=ssl_context,
         print=None,
         handle_signals=True,
     )

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
+import ipaddress
 import json
+import ssl
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -31,6 +34,7 @@ class Deployment:
     alerts_topic: str
     workdir: Path
     job: str  # the simulated job's name: its peer group, unique to this deployment
+    ingest_ca: Path | None = None  # set by ``serve_tls``
 
     @classmethod
     def new(cls, kafka_bootstrap: str, alertmanager_url: str, workdir: Path) -> Deployment:
@@ -54,12 +58,26 @@ class Deployment:
     def write_url(self) -> str:
         return f"http://127.0.0.1:{self.ingest_port}/api/v1/write"
 
+    def serve_tls(self, tls: TlsFiles) -> None:
+        """Make the ingest serve HTTPS with ``tls``' certificate."""
+        self.env["PEERWATCH_INGEST_TLS_CERT_FILE"] = str(tls.cert)
+        self.env["PEERWATCH_INGEST_TLS_KEY_FILE"] = str(tls.key)
+        self.ingest_ca = tls.ca
+
+    @property
+    def ingest_url(self) -> str:
+        """The ingest's base URL, ``https`` once ``serve_tls`` was called."""
+        scheme = "https" if self.ingest_ca is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.ingest_port}"
+
     def ingest(self) -> PeerwatchProcess:
+        context = None if self.ingest_ca is None else client_context(self.ingest_ca)
         return PeerwatchProcess(
             ["ingest"],
             self.env,
             self.workdir / "ingest.log",
-            f"http://127.0.0.1:{self.ingest_port}/-/ready",
+            f"{self.ingest_url}/-/ready",
+            ready_context=context,
         )
 
     def worker(self) -> PeerwatchProcess:
@@ -80,6 +98,78 @@ class Deployment:
             if line.startswith("peerwatch_worker_buckets_scored_total{"):
                 total += float(line.rsplit(" ", 1)[1])
         return int(total)
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """PEM files of a throwaway CA and a server certificate it signed for 127.0.0.1."""
+
+    ca: Path
+    cert: Path
+    key: Path
+
+
+def make_tls_files(directory: Path, name: str = "server") -> TlsFiles:
+    """A CA and a certificate for ``127.0.0.1`` / ``localhost`` (a day valid), as PEM files."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = dt.datetime.now(dt.UTC)
+
+    def build(
+        subject: str, issuer: str, key: ec.EllipticCurvePrivateKey
+    ) -> x509.CertificateBuilder:
+        return (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+            .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(days=1))
+        )
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_cert = (
+        build("peerwatch test CA", "peerwatch test CA", ca_key)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(False, False, False, False, False, True, True, False, False),
+            critical=True,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        build(name, "peerwatch test CA", key)
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    files = TlsFiles(directory / "ca.pem", directory / f"{name}.pem", directory / f"{name}.key")
+    files.ca.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    files.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    files.key.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return files
+
+
+def client_context(ca: Path) -> ssl.SSLContext:
+    """A client TLS context that trusts only ``ca``."""
+    return ssl.create_default_context(cafile=str(ca))
 
 
 async def alerts_in_alertmanager(url: str, group: str) -> list[dict]:

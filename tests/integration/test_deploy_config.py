@@ -107,3 +107,51 @@ def test_the_keep_regex_drops_what_no_feature_reads(name: str) -> None:
 
 def test_the_remote_write_snippet_passes_promtool() -> None:
     assert "SUCCESS" in _run("promtool", "prometheus", "check", "config", str(REMOTE_WRITE))
+
+
+def test_prometheus_config_command_emits_the_auth_and_tls_blocks(tmp_path: Path) -> None:
+    """What an ingest with TLS and auth needs, as file references promtool accepts."""
+    for name in ("token", "ca.pem"):
+        (tmp_path / name).write_text("x\n")
+    done = CliRunner().invoke(
+        main,
+        [
+            "prometheus-config",
+            "--url=https://peerwatch-ingest:9201/api/v1/write",
+            f"--bearer-token-file={tmp_path / 'token'}",
+            f"--ca-file={tmp_path / 'ca.pem'}",
+        ],
+        env={"PEERWATCH_FEATURES": None},
+    )
+    assert done.exit_code == 0, done.output
+    (writer,) = yaml.safe_load(done.output)["remote_write"]
+    assert writer["authorization"] == {
+        "type": "Bearer",
+        "credentials_file": str(tmp_path / "token"),
+    }
+    assert writer["tls_config"] == {"ca_file": str(tmp_path / "ca.pem")}
+    config = tmp_path / "remote_write.yml"
+    config.write_text(done.output)
+    assert "SUCCESS" in _run("promtool", "prometheus", "check", "config", str(config))
+
+
+def test_prometheus_config_command_emits_basic_auth() -> None:
+    done = CliRunner().invoke(
+        main,
+        ["prometheus-config", "--basic-auth-username=prom", "--basic-auth-password-file=/run/pw"],
+    )
+    assert done.exit_code == 0, done.output
+    (writer,) = yaml.safe_load(done.output)["remote_write"]
+    assert writer["basic_auth"] == {"username": "prom", "password_file": "/run/pw"}
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--basic-auth-username=prom"],
+        ["--bearer-token-file=/t", "--basic-auth-username=p", "--basic-auth-password-file=/p"],
+    ],
+)
+def test_prometheus_config_command_refuses_auth_prometheus_cannot_send(flags: list[str]) -> None:
+    done = CliRunner().invoke(main, ["prometheus-config", *flags])
+    assert done.exit_code == 1 and "ValueError" in done.output

@@ -329,6 +329,40 @@ async def test_without_kafka_a_valid_body_gets_503_so_prometheus_retries(
     assert "kafka unreachable" in text
 
 
+async def test_a_write_without_the_right_credentials_gets_401_and_probes_stay_open(
+    start_ingest: IngestFactory,
+) -> None:
+    """Auth comes before everything (a refused client learns nothing of Kafka's state); the
+    right token gets past it (to the 503 of a dead Kafka); probes and /metrics ask for none."""
+    dead = f"127.0.0.1:{free_port()}"
+    settings = settings_for(
+        dead,
+        ingest_bearer_token="t0ken",
+        ingest_basic_auth_username="prom",
+        ingest_basic_auth_password="pw",
+    )
+    client, _ = await start_ingest(settings, start_timeout_s=DEAD_KAFKA_START_S)
+    body = encode_write_request(node_series("c1", "gpu-01:9100", recent_bucket_start(), 1e6, 10))
+    for presented in ({}, {"Authorization": "Bearer t0kem"}, {"Authorization": "Basic cHJvbTpwdw"}):
+        async with client.post(
+            "/api/v1/write", data=body, headers=PROMETHEUS_HEADERS | presented
+        ) as r:
+            assert r.status == 401
+            assert r.headers.getall("WWW-Authenticate") == [
+                'Bearer realm="peerwatch"',
+                'Basic realm="peerwatch"',
+            ]
+    status, text = await post(client, body, Authorization="Bearer t0ken")
+    assert (status, text.strip()) == (503, "kafka unreachable; retry later")
+    assert await ready_status(client) == 503
+    assert await metric_value(client, 'peerwatch_ingest_auth_failures_total{reason="missing"}') == 1
+    assert await metric_value(client, 'peerwatch_ingest_auth_failures_total{reason="wrong"}') == 1
+    assert (
+        await metric_value(client, 'peerwatch_ingest_auth_failures_total{reason="malformed"}') == 1
+    )
+    assert await metric_value(client, 'peerwatch_ingest_requests_total{code="401"}') == 3
+
+
 # --- frames Kafka can never take ----------------------------------------------------------------
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from streams.settings import Settings, load_settings
+from streams.settings import Settings, load_settings, secret_setting_names
 
 
 @pytest.fixture(autouse=True)
@@ -241,3 +241,71 @@ def test_file_that_is_not_a_mapping_is_an_error_naming_the_file(tmp_path: Path) 
     path = write(tmp_path, "peerwatch.yaml", "- bucket_s\n- 10\n")
     with pytest.raises(ValueError, match=r"peerwatch\.yaml.*mapping"):
         load_settings(path)
+
+
+# --- secrets ------------------------------------------------------------------------------------
+
+
+def test_every_secret_setting_has_a_file_variant() -> None:
+    names = secret_setting_names()
+    assert {"ingest_bearer_token", "alertmanager_password", "grafana_token"} <= set(names)
+    assert all(f"{name}_file" in Settings.model_fields for name in names)
+
+
+def test_a_secret_file_fills_its_setting_without_the_trailing_newline(tmp_path: Path) -> None:
+    s = Settings(grafana_token_file=write(tmp_path, "token", "glsa_abc\n"))
+    assert s.grafana_token is not None and s.grafana_token.get_secret_value() == "glsa_abc"
+
+
+@pytest.mark.parametrize(
+    ("content", "error"), [(None, "FileNotFoundError"), ("", "is empty"), ("\n", "is empty")]
+)
+def test_a_secret_file_that_cannot_be_used_is_an_error_naming_the_file(
+    tmp_path: Path, content: str | None, error: str
+) -> None:
+    path = tmp_path / "token"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(ValidationError, match=f"grafana_token_file {path}:? {error}"):
+        Settings(grafana_token_file=path)
+
+
+def test_a_secret_and_its_file_together_are_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="both set"):
+        Settings(grafana_token="a", grafana_token_file=write(tmp_path, "t", "b"))
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"ingest_tls_cert_file": "/c.pem"},
+        {"ingest_basic_auth_username": "prom"},
+        {"alertmanager_password": "pw"},
+        {"grafana_username": "admin"},
+    ],
+)
+def test_half_a_pair_is_an_error(values: dict[str, str]) -> None:
+    with pytest.raises(ValidationError, match="go together"):
+        Settings(**values)  # type: ignore[arg-type]
+
+
+def test_a_sink_takes_one_kind_of_auth() -> None:
+    with pytest.raises(ValidationError, match="one kind of auth"):
+        Settings(
+            alertmanager_username="am", alertmanager_password="a", alertmanager_bearer_token="b"
+        )
+
+
+def test_redacted_masks_secrets_and_url_passwords() -> None:
+    s = Settings(
+        kafka="kafka://u:kpw@a:9092;kafka://b:9093",
+        alertmanager_url="http://am:ampw@127.0.0.1:9093/",
+        grafana_token="gtok",
+        ingest_basic_auth_username="prom",
+        ingest_basic_auth_password="ipw",
+    )
+    dump = s.redacted()
+    assert not {"kpw", "ampw", "gtok", "ipw"} & set(str(dump).replace("'", " ").split())
+    assert dump["alertmanager_url"] == "http://am:**********@127.0.0.1:9093/"
+    assert dump["kafka"] == "kafka://u:**********@a:9092;kafka://b:9093"
+    assert dump["grafana_token"] == "**********" and dump["ingest_basic_auth_username"] == "prom"
