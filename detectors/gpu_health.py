@@ -14,8 +14,9 @@ alert changes for two families, one alert per (node, GPU):
   remap or ROW_REMAP_FAILURE (critical); resolves after ``resolve_after``
   buckets without a finding.
 
-When an alert's identity changes (severity escalates), the old one is resolved
-and the new one fired, since Alertmanager identifies an alert by its labels.
+When an alert's identity changes (severity or action escalates), the old one is
+resolved and the new one fired, since Alertmanager identifies an alert by its
+labels (``action`` is one, for routing).
 State is explicit and JSON-safe (``to_dict``/``from_dict``).
 """
 
@@ -185,20 +186,23 @@ def _fire(state: GpuHealthState, change: AlertChange, bucket_ts: int) -> list[Al
     current = state.firing.get(key)
     out: list[AlertChange] = []
     if current is not None:
-        same_identity = current.change.severity == change.severity
-        if same_identity:  # the labels it fired with are its identity (class, group)
-            change = replace(change, labels=current.change.labels, group=current.change.group)
-        if same_identity and current.change.action == change.action:
-            # Same finding, fresher numbers (a creep's slope, say): keep the detail
-            # for re-sends, but it is no new transition.
+        # Severity and action are labels (action for routing): a change of either is a new
+        # alert to Alertmanager, so the old one is resolved first.
+        same = (current.change.severity, current.change.action) == (change.severity, change.action)
+        if same:
+            # Same finding, fresher numbers (a creep's slope, say): keep the detail and the
+            # labels it fired with (class, group) for re-sends; no new transition.
             state.firing[key] = _Firing(
-                replace(change, starts_bucket_ts=current.change.starts_bucket_ts), bucket_ts
+                replace(
+                    change,
+                    labels=current.change.labels,
+                    group=current.change.group,
+                    starts_bucket_ts=current.change.starts_bucket_ts,
+                ),
+                bucket_ts,
             )
             return []
-        if same_identity:  # new detail (e.g. an escalated action): re-send, keep its start
-            change = replace(change, starts_bucket_ts=current.change.starts_bucket_ts)
-        else:  # labels change: Alertmanager needs the old one resolved
-            out.append(replace(current.change, status="resolved", bucket_ts=bucket_ts))
+        out.append(replace(current.change, status="resolved", bucket_ts=bucket_ts))
     state.firing[key] = _Firing(change, bucket_ts)
     out.append(change)
     return out

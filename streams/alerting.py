@@ -3,14 +3,19 @@
 One function per output shape: the Alertmanager payload (labels identify the
 alert; annotations say why, with the top signals and their z) and the
 ``peerwatch.alerts`` record (the same plus machine-readable scoring detail).
+Every alert links its runbook (``runbook_url``) and, as ``generatorURL``, the
+dashboard filtered to its group and node (:class:`AlertLinks`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from detectors.alerts import AlertChange
 from streams.records import AlertRecord
+from streams.settings import Settings
 from streams.sinks.alertmanager import rfc3339
 
 SUMMARIES = {
@@ -23,6 +28,42 @@ SUMMARIES = {
     "PeerwatchFailSlow": "{node}: slows its job down (fail-slow culprit)",
     "PeerwatchJobSlow": "group {group}: job slowed down, no node to blame",
 }
+
+
+DASHBOARD_LOOKBACK_MS = 3_600_000  # the dashboard link opens an hour before the alert started
+
+
+@dataclass(frozen=True)
+class AlertLinks:
+    """Where an alert points on-call: ``runbook_base`` holds ``<alertname>.md`` (the repo's
+    docs/runbooks, or wherever it is browsable); ``dashboard_url`` is the Grafana
+    dashboard, whose ``group`` and ``node`` variables the link sets."""
+
+    runbook_base: str = "docs/runbooks"
+    dashboard_url: str | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> AlertLinks:
+        return cls(settings.runbook_base_url, settings.dashboard_url)
+
+    def runbook_url(self, alertname: str) -> str:
+        return f"{self.runbook_base.rstrip('/')}/{alertname}.md"
+
+    def generator_url(self, change: AlertChange) -> str:
+        """The dashboard on the alert's group and node from an hour before it started; the
+        runbook when there is no dashboard. Fixed per alert (no wall clock in it)."""
+        if not self.dashboard_url:
+            return self.runbook_url(change.alertname)
+        params = [("var-group", change.group)]
+        if change.node:
+            params.append(("var-node", change.node))
+        params += [("from", str(change.starts_bucket_ts - DASHBOARD_LOOKBACK_MS)), ("to", "now")]
+        parts = urlsplit(self.dashboard_url)
+        query = "&".join(q for q in (parts.query, urlencode(params)) if q)
+        return urlunsplit(parts._replace(query=query))
+
+
+DEFAULT_LINKS = AlertLinks()
 
 
 def _signal_text(signals: Any) -> str:
@@ -39,6 +80,9 @@ def alert_labels(change: AlertChange) -> dict[str, str]:
     ``gpu`` is a label only where it identifies the alert (per-GPU XID, remap
     and fail-slow alerts set it in ``change.labels``); a node alert's worst GPU
     changes with its strongest signal, so it is an annotation (``worst_gpu``).
+    ``action`` is a label too, for routes and inhibitions: the detectors resolve an
+    alert and fire a new one when its action escalates, so it never moves under a
+    firing alert.
     """
     labels = {
         "alertname": change.alertname,
@@ -49,6 +93,8 @@ def alert_labels(change: AlertChange) -> dict[str, str]:
     if change.node:
         labels["node"] = change.node
     labels.update(change.labels)
+    if change.action:
+        labels["action"] = change.action
     return labels
 
 
@@ -59,10 +105,11 @@ def _worst_gpu(change: AlertChange) -> str | None:
     return None if gpu is None else str(gpu)
 
 
-def alert_annotations(change: AlertChange) -> dict[str, str]:
+def alert_annotations(change: AlertChange, links: AlertLinks = DEFAULT_LINKS) -> dict[str, str]:
     template = SUMMARIES.get(change.alertname, "{node} {group}: anomaly")
     return {
         "summary": template.format(node=change.node or "-", group=change.group),
+        "runbook_url": links.runbook_url(change.alertname),
         "description": change.reason,
         "signals": _signal_text(change.signals),
         "score": f"{change.score:.2f}",
@@ -73,22 +120,23 @@ def alert_annotations(change: AlertChange) -> dict[str, str]:
     }
 
 
-def to_payload(change: AlertChange) -> dict[str, Any]:
+def to_payload(change: AlertChange, links: AlertLinks = DEFAULT_LINKS) -> dict[str, Any]:
     """What ``AlertmanagerSink.submit`` takes."""
     return {
         "status": change.status,
         "labels": alert_labels(change),
-        "annotations": alert_annotations(change),
+        "annotations": alert_annotations(change, links),
         "starts_at_s": change.starts_bucket_ts / 1000.0,
+        "generator_url": links.generator_url(change),
     }
 
 
-def to_record(change: AlertChange) -> AlertRecord:
+def to_record(change: AlertChange, links: AlertLinks = DEFAULT_LINKS) -> AlertRecord:
     """The ``peerwatch.alerts`` message."""
     return AlertRecord(
         status=change.status,
         labels=alert_labels(change),
-        annotations=alert_annotations(change),
+        annotations=alert_annotations(change, links),
         starts_at=rfc3339(change.starts_bucket_ts / 1000.0),
         ends_at=rfc3339(change.bucket_ts / 1000.0) if change.status == "resolved" else None,
         score=float(change.score),

@@ -26,7 +26,7 @@ import httpx
 
 from detectors.xid import parse_kernel_line
 from streams.acks import BucketAcks
-from streams.alerting import to_payload, to_record
+from streams.alerting import AlertLinks, to_payload, to_record
 from streams.metrics import WorkerMetrics
 from streams.pipeline import Pipeline, Scored
 from streams.records import AlertRecord, Frame, XidLine
@@ -93,6 +93,7 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
         "group-state", default=None, partitions=settings.topic_partitions, key_type=str
     )
     pipeline = Pipeline.from_settings(settings)
+    links = AlertLinks.from_settings(settings)
     sink_holder: dict[str, Any] = {}  # the running sinks, set by their tasks
 
     def on_delivery(outcome: str, n: int) -> None:
@@ -137,13 +138,13 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
                 change.score,
                 change.reason,
             )
-            await alerts_topic.send(key=change.node or change.group, value=to_record(change))
+            await alerts_topic.send(key=change.node or change.group, value=to_record(change, links))
         if (grafana := sink_holder.get("grafana")) is not None:
             grafana.submit(scored.changes)
         sink = sink_holder.get("am")
         if sink is not None:
-            sink.submit(to_payload(c) for c in scored.changes)
-            sink.keep_firing(to_payload(a) for a in scored.active)
+            sink.submit(to_payload(c, links) for c in scored.changes)
+            sink.keep_firing(to_payload(a, links) for a in scored.active)
 
     held = BucketAcks()  # frames of open buckets: acked once scored (streams.acks)
     partition_of: dict[str, int] = {}  # group -> the frames partition it arrives on

@@ -128,6 +128,16 @@ class Settings(BaseSettings):
     grafana_dashboard_uid: str | None = Field(
         None, description="annotate this dashboard; organisation-wide (found by tags) if unset"
     )
+    # links in every alert (streams.alerting.AlertLinks)
+    runbook_base_url: str = Field(
+        "docs/runbooks",
+        description="where docs/runbooks is browsable; an alert links <this>/<alertname>.md",
+    )
+    dashboard_url: str | None = Field(
+        None,
+        description="the Grafana dashboard's URL: an alert's generatorURL, filtered to its "
+        "group and node (var-group, var-node); the runbook if unset",
+    )
 
     @field_validator("node_labels", "group_labels")
     @classmethod
@@ -136,7 +146,7 @@ class Settings(BaseSettings):
             raise ValueError("needs at least one non-empty label name")
         return v
 
-    @field_validator("alertmanager_url", "grafana_url", mode="before")
+    @field_validator("alertmanager_url", "grafana_url", "dashboard_url", mode="before")
     @classmethod
     def _empty_is_off(cls, v: object) -> object:
         return None if v == "" else v

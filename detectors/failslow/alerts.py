@@ -26,8 +26,9 @@ Lifecycle (the ideas of :mod:`detectors.alerts`, keyed by (alertname, node)):
   restarts the count. A bucket where the job is slow but could not be
   localised (no throughput or metrics: *unknown*) freezes the count.
 * The advised stage never goes down while the alert fires; when it climbs the
-  alert is re-sent (same start) with the new ``action``, so a scheduler
-  watching ``peerwatch.alerts`` sees each escalation once.
+  alert with the old ``action`` resolves and one with the new ``action`` fires
+  (same start): ``action`` is a label Alertmanager keys on, so a scheduler
+  watching ``peerwatch.alerts`` or an Alertmanager route sees each escalation once.
 * The job alert fires when the job is slow, its nodes were compared, nobody is
   blamed and no node alert is firing; it resolves ``resolve_after`` buckets
   after the slowdown ends, or at once when a node alert fires (the slowdown
@@ -162,9 +163,8 @@ def step_failslow_alerts(
             firing[node] = _Firing(change, stage)
             changes.append(change)
             continue
-        firing[node], resent = _refresh(current, stage, text, bucket_ts, culprit)
-        if resent is not None:
-            changes.append(resent)
+        firing[node], escalated = _refresh(current, stage, text, bucket_ts, culprit)
+        changes.extend(escalated)
 
     for node in [n for n in firing if n and n not in culprits]:
         if unknown:
@@ -212,8 +212,8 @@ def _step_job_alert(
             change = _job_change(group, bucket_ts, onset_ts, verdict, loc, stage, text)
             firing[""] = _Firing(change, stage)
             return [change]
-        firing[""], resent = _refresh(current, stage, text, bucket_ts, None)
-        return [resent] if resent is not None else []
+        firing[""], escalated = _refresh(current, stage, text, bucket_ts, None)
+        return escalated
     if current is None:
         return []
     clear = current.clear_streak + 1
@@ -292,8 +292,9 @@ def _job_change(
 
 def _refresh(
     current: _Firing, stage: Stage, reason: str, bucket_ts: int, culprit: Culprit | None
-) -> tuple[_Firing, AlertChange | None]:
-    """Evidence again this bucket: new reason, higher stage (re-sent), stronger signals."""
+) -> tuple[_Firing, list[AlertChange]]:
+    """Evidence again this bucket: new reason, stronger signals; a higher stage resolves the
+    alert with the old action and fires one with the new (``action`` is a label)."""
     change = replace(current.change, reason=reason, bucket_ts=bucket_ts)
     if (
         culprit is not None
@@ -305,9 +306,10 @@ def _refresh(
     if STAGES.index(stage) <= STAGES.index(current.stage):
         # the stage is never withdrawn while the alert fires
         change = replace(change, action=STAGE_ACTIONS[current.stage])
-        return _Firing(change, current.stage), None
+        return _Firing(change, current.stage), []
+    old = _resolved(current.change, bucket_ts, f"escalated to {STAGE_ACTIONS[stage]}")
     change = replace(change, action=STAGE_ACTIONS[stage])
-    return _Firing(change, stage), change
+    return _Firing(change, stage), [old, change]
 
 
 def _resolved(change: AlertChange, bucket_ts: int, why: str) -> AlertChange:

@@ -390,13 +390,16 @@ def test_intermittent_culprit_is_one_alert_and_resolves_after_the_hysteresis() -
     ]
 
 
-def test_stage_escalation_is_resent_once_and_never_withdrawn() -> None:
+def test_stage_escalation_replaces_the_alert_once_and_is_never_withdrawn() -> None:
+    """``action`` is a label: a climb resolves the old alert and fires the new one."""
     culprit = (("n1", None, "cpu"),)
     stages: list[Stage] = ["S1", "S2", "S2", "S1", "S3"]
     seq = [verdict(12 + i, culprits=culprit, stage=s) for i, s in enumerate(stages)]
     assert run_alerts(seq) == [
         (12, FAIL_SLOW, "n1", "firing", "S1_OBSERVE"),
+        (13, FAIL_SLOW, "n1", "resolved", "S1_OBSERVE"),
         (13, FAIL_SLOW, "n1", "firing", "S2_REBALANCE"),
+        (16, FAIL_SLOW, "n1", "resolved", "S2_REBALANCE"),
         (16, FAIL_SLOW, "n1", "firing", "S3_ISOLATE"),
     ]
 

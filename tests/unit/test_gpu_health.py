@@ -118,13 +118,17 @@ def test_params_are_validated() -> None:
         GpuHealthParams(xid_hold_buckets=0)
 
 
-def test_an_escalated_action_is_resent_with_the_labels_the_alert_fired_with(catalog) -> None:  # type: ignore[no-untyped-def]
-    """64 (memory) then 79 (interconnect) in one incident: same alert, same labels, new action."""
+def test_an_escalated_action_resolves_the_alert_and_fires_a_new_one(catalog) -> None:  # type: ignore[no-untyped-def]
+    """64 (memory) then 79 (interconnect) in one incident: ``action`` is a label, so the alert
+    with the old action resolves and one with the new action fires (no orphan label set)."""
     state = GpuHealthState.new(catalog, GpuHealthParams())
     _run(state, _frames(), 0)
     (first,) = _run(state, _frames({"n1": {"xid_last@0": 64.0}}), 1)
-    (again,) = _run(state, _frames({"n1": {"xid_last@0": 79.0}}), 2)
-    assert (first.status, again.status) == ("firing", "firing")
+    old, again = _run(state, _frames({"n1": {"xid_last@0": 79.0}}), 2)
+    assert (first.status, old.status, again.status) == ("firing", "resolved", "firing")
+    assert (old.labels, old.action) == (first.labels, first.action)
     assert again.action != first.action
-    assert again.labels == first.labels == (("class", "memory"), ("gpu", "0"))
-    assert [a.labels for a in active_gpu_alerts(state)] == [first.labels]
+    assert again.labels == (("class", "interconnect"), ("gpu", "0"))
+    assert [(a.labels, a.action) for a in active_gpu_alerts(state)] == [
+        (again.labels, again.action)
+    ]
