@@ -538,6 +538,7 @@ def score_bucket(
     features: Sequence[FeatureSpec],
     params: ScoringParams,
     roles: Mapping[str, str] | None = None,
+    on_hold: Collection[str] = frozenset(),
 ) -> tuple[GroupState, BucketResult]:
     """Score one closed bucket of ``group``; returns ``(new_state, result)``.
 
@@ -546,7 +547,11 @@ def score_bucket(
     ``gpus[node][feature]`` the GPU behind a feature; ``expected`` the members
     that should have reported; ``features`` the catalog (unscored specs are
     ignored); ``roles`` each node's role in the job, where known
-    (:func:`detectors.population.role_peer_stats`). ``state`` is left untouched.
+    (:func:`detectors.population.role_peer_stats`). ``on_hold``: members whose frames
+    lacked the group's label (the scheduler may have taken them out of the job: their
+    departure is only known some buckets later); their node alerts are frozen, neither
+    opened nor cleared, until the label shows again or they leave. ``state`` is left
+    untouched.
     """
     if state.last_bucket_ts is not None and bucket_ts <= state.last_bucket_ts:
         active = active_alerts(state.alerts.values(), group=group, bucket_ts=state.last_bucket_ts)
@@ -620,6 +625,7 @@ def score_bucket(
             _exporter_gaps(values, stats.present, reporting, names, params),
             composition,
             moved_names if phase.expected else frozenset(),
+            on_hold,
         ),
         group=group,
         bucket_ts=bucket_ts,
@@ -995,6 +1001,7 @@ def _observations(
     gaps: Mapping[str, Sequence[str]],
     composition: Composition,
     excused: Collection[str] = frozenset(),
+    on_hold: Collection[str] = frozenset(),
 ) -> dict[AlertKey, Observation]:
     unknown = Observation("unknown")
     absent = Observation("absent")
@@ -1013,6 +1020,10 @@ def _observations(
         v = fused.verdicts[node]
         if v.status == "ok" and node not in open_nodes and node not in gaps:
             continue  # nothing present and nothing open: every observation would be a no-op
+        if node in on_hold:  # maybe no longer a member: no evidence either way
+            for alertname in (NODE_SILENT, NODE_COLLAPSE, NODE_DEVIATION):
+                obs[(alertname, node)] = unknown
+            continue
         if v.silent:
             silent = (
                 unknown if fused.silence_is_group else Observation("present", 1.0, (), v.reason)

@@ -196,7 +196,16 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
             log.info("node_left group=%s node=%s", group, frame.node)
         elif frame.node:
             metrics.frames.inc()
-            if pipeline.add(group, frame.node, frame.ts, frame.values, frame.gpus, now, frame.role):
+            if pipeline.add(
+                group,
+                frame.node,
+                frame.ts,
+                frame.values,
+                frame.gpus,
+                now,
+                frame.role,
+                on_hold=frame.on_hold,
+            ):
                 held.hold(group, frame.ts, event)
                 done = None
             else:
@@ -333,8 +342,10 @@ def frame_problem(frame: Frame) -> str | None:
         isinstance(k, str) and isinstance(v, str) for k, v in frame.gpus.items()
     ):
         return "gpus must map feature names to GPU names"
-    if not (frame.role is None or isinstance(frame.role, str)) or type(frame.left) is not bool:
-        return "role must be a string or null, left a boolean"
+    if not (frame.role is None or isinstance(frame.role, str)):
+        return "role must be a string or null"
+    if type(frame.left) is not bool or type(frame.on_hold) is not bool:
+        return "left and on_hold must be booleans"
     return None
 
 

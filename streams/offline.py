@@ -81,7 +81,7 @@ def _feed(pipeline: Pipeline, frames: list[FrameData], now_s: float) -> list[Sco
         if f.left:
             pipeline.leave(f.group, f.node, f.ts, now_s)
         else:
-            pipeline.add(f.group, f.node, f.ts, f.values, f.gpus, now_s, f.role)
+            pipeline.add(f.group, f.node, f.ts, f.values, f.gpus, now_s, f.role, on_hold=f.on_hold)
     scored: list[Scored] = []
     for group in {f.group for f in frames} | set(pipeline.groups_waiting(now_s)):
         scored.extend(pipeline.due(group, now_s))

@@ -150,10 +150,13 @@ class Pipeline:
         gpus: Mapping[str, str],
         now_s: float,
         role: str | None = None,
+        *,
+        on_hold: bool = False,
     ) -> bool:
-        """Take one frame; False when it is late and was dropped."""
+        """Take one frame; False when it is late and was dropped. ``on_hold``: the node's
+        group label was missing from it (``FrameData.on_hold``)."""
         self.node_health.add(group, node, ts, values, gpus)
-        return self.window(group).add(node, ts, values, gpus, now_s, role)
+        return self.window(group).add(node, ts, values, gpus, now_s, role, on_hold=on_hold)
 
     def leave(self, group: str, node: str, ts: int, now_s: float) -> None:
         """``node`` left ``group`` at bucket ``ts``; its alerts resolve at the next scored
@@ -181,6 +184,7 @@ class Pipeline:
                 self.features,
                 self.params,
                 bucket.roles,
+                bucket.on_hold,
             )
             self.states[group] = state
             gpu_changes, gpu_active = self.node_health.step(

@@ -26,6 +26,8 @@ class Frame(faust.Record, serializer="json"):
     gpus: dict[str, str] = {}
     left: bool = False  # departure notice: the node is no longer in this group
     role: str | None = None  # the node's role in its group (a ``role_labels`` value)
+    # the group's label was on none of the node's series this bucket: kept on hold
+    on_hold: bool = False
 
 
 class AlertRecord(faust.Record, serializer="json"):

@@ -15,7 +15,10 @@ each feature's own reduction. Expected members are the nodes seen in the last
 ``membership_buckets`` buckets, so a node that goes silent stays expected for a
 while and its absence is scored as a signal. A departure notice (the node moved to
 another group) ends its membership from the notice's bucket on, whatever order
-it arrives in relative to the node's last frames for older buckets.
+it arrives in relative to the node's last frames for older buckets. A frame *on
+hold* (its node's series lacked the group's label: maybe taken out of the job, its
+departure still to come) is a member's frame; the bucket says which nodes were on
+hold, and their peer alerts are frozen.
 
 A group *ends* when nothing is left to score: no bucket is open and either every
 member has departed or no frame came for ``membership_buckets`` buckets of wall
@@ -43,6 +46,7 @@ class ClosedBucket:
     gpus: dict[str, dict[str, str]]
     expected: frozenset[str]
     roles: dict[str, str] = field(default_factory=dict)  # node -> its role in the job, if known
+    on_hold: frozenset[str] = frozenset()  # nodes whose frames all lacked the group's label
 
 
 @dataclass
@@ -50,6 +54,7 @@ class _OpenBucket:
     first_arrival_s: float
     frames: dict[str, dict[str, float]] = field(default_factory=dict)
     gpus: dict[str, dict[str, str]] = field(default_factory=dict)
+    on_hold: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -78,8 +83,13 @@ class GroupWindow:
         gpus: Mapping[str, str],
         now_s: float,
         role: str | None = None,
+        *,
+        on_hold: bool = False,
     ) -> bool:
-        """Take one (partial) frame. False if it is late (its bucket already closed)."""
+        """Take one (partial) frame. False if it is late (its bucket already closed).
+
+        The node is on hold in the bucket only if every partial frame of it says so
+        (another ingest's partial may have seen the group's label)."""
         if ts <= self.closed_upto:
             return False
         self.last_arrival_s = now_s
@@ -98,8 +108,12 @@ class GroupWindow:
             bucket.frames[node], bucket.gpus[node] = merge_frames(
                 bucket.frames[node], bucket.gpus[node], values, gpus, self.features
             )
+            if not on_hold:
+                bucket.on_hold.discard(node)
         else:
             bucket.frames[node], bucket.gpus[node] = dict(values), dict(gpus)
+            if on_hold:
+                bucket.on_hold.add(node)
         if ts > self.last_seen.get(node, -1):
             self.last_seen[node] = ts
         if ts < self.joined.get(node, ts + 1):
@@ -120,6 +134,7 @@ class GroupWindow:
             if bucket_ts >= ts:
                 bucket.frames.pop(node, None)
                 bucket.gpus.pop(node, None)
+                bucket.on_hold.discard(node)
 
     def expected_at(self, ts: int) -> frozenset[str]:
         horizon = ts - self.membership_buckets * self.bucket_ms
@@ -151,7 +166,17 @@ class GroupWindow:
             bucket = self._open.pop(ts)
             expected = self.expected_at(ts)
             roles = {n: r for n, r in self.roles.items() if n in expected}
-            closed.append(ClosedBucket(self.group, ts, bucket.frames, bucket.gpus, expected, roles))
+            closed.append(
+                ClosedBucket(
+                    self.group,
+                    ts,
+                    bucket.frames,
+                    bucket.gpus,
+                    expected,
+                    roles,
+                    frozenset(bucket.on_hold),
+                )
+            )
             self.closed_upto = ts
         self._forget_departed()
         return closed

@@ -125,6 +125,11 @@ class FrameData:
     left: bool = False
     # the node's role inside its group (a ``role_labels`` value on any of its series)
     role: str | None = None
+    # True when none of the node's series carried the group's label in this bucket nor
+    # since (as far as the builder knows when the bucket closes): it is kept in the group
+    # on hold (``membership_hold_buckets``), not known to have stayed -- the worker takes
+    # its frame but pages nothing on its peer scores
+    on_hold: bool = False
 
 
 def node_from_instance(instance: str) -> str:
@@ -258,12 +263,13 @@ class _Partial:
     ``__name__``) -> rate.
     """
 
-    __slots__ = ("group", "node", "parts")
+    __slots__ = ("group", "node", "on_hold", "parts")
 
     def __init__(self, slots: int, group: str, node: _Node) -> None:
         self.parts: list[dict[SeriesKey, Any]] = [{} for _ in range(slots)]
         self.group = group  # decided per node and bucket: a move in the bucket moves it
         self.node = node
+        self.on_hold = False  # set when the node leaves ``group`` after holding this bucket
 
 
 _ASSIGNED_RANK = -1  # a scheduler's assignment ranks above the first of ``group_labels``
@@ -867,6 +873,12 @@ class FrameBuilder:
                 sizes[group] = size + 1
             if old is not None:
                 self._leave_group(old)
+        if old is not None and old != group:
+            # the buckets it was held in (label gone) are on hold: it did not stay
+            for open_bucket, open_frames in self._open.items():
+                held = open_frames.get(node.name)
+                if held is not None and held.group == old and open_bucket > node.held:
+                    held.on_hold = True
         frames = self._open.get(bucket)
         partial = frames.get(node.name) if frames else None
         moved = False
@@ -968,8 +980,14 @@ class FrameBuilder:
                 pci = self._pci_of.get(name)
                 if pci:
                     gpus.update(pci)
+                node = partial.node
+                on_hold = partial.on_hold or (
+                    node.assigned is None and node.group == partial.group and node.held < bucket
+                )
                 out.append(
-                    FrameData(partial.group, name, bucket, values, gpus, role=partial.node.role)
+                    FrameData(
+                        partial.group, name, bucket, values, gpus, role=node.role, on_hold=on_hold
+                    )
                 )
             # keep what a reopened frame needs to emit complete sums and ratios (module doc)
             kept = [(slot, parts[slot]) for slot in self._kept_slots if parts[slot]]

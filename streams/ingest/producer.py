@@ -46,6 +46,7 @@ def encode_frame(frame: FrameData) -> bytes:
         gpus=frame.gpus,
         left=frame.left,
         role=frame.role,
+        on_hold=frame.on_hold,
     )
     return record.dumps(serializer="json")
 

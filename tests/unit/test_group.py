@@ -313,3 +313,30 @@ def test_a_node_missing_most_features_its_peers_report_goes_silent() -> None:
 def test_gap_min_features_is_validated() -> None:
     with pytest.raises(ValueError):
         ScoringParams(gap_min_features=0)
+
+
+def test_a_node_on_hold_opens_no_alert_and_keeps_the_one_it_has() -> None:
+    """Issue 8: the job restarted without node-17 (its label gone; the hold keeps it two
+    buckets): idle beside busy peers it looked collapsed -- a false critical page in
+    row-remap-creep. On hold, its node alerts neither open nor clear."""
+    rng = np.random.default_rng(3)
+    buckets = [{n: training(rng) for n in NODES} for _ in range(6)]
+    buckets[4]["node-17"] = buckets[5]["node-17"] = idle(rng)
+    state, _ = run(buckets[:4])
+    for i in (4, 5):
+        state, result = score_bucket(
+            state, GROUP, i * BUCKET, buckets[i], GPUS, NODES, DEFAULT_FEATURES, PARAMS,
+            on_hold={"node-17"},
+        )  # fmt: skip
+        assert result.changes == () and result.active == ()
+    # the same buckets without the hold: the collapse pages (the test can fail)
+    _, unheld = run(buckets)
+    assert (4, NODE_COLLAPSE, "node-17", "firing") in transitions(unheld)
+    # an alert open when the hold starts stays as it is
+    state, _ = run(buckets[:5])
+    state, result = score_bucket(
+        state, GROUP, 5 * BUCKET, buckets[4], GPUS, NODES, DEFAULT_FEATURES, PARAMS,
+        on_hold={"node-17"},
+    )  # fmt: skip
+    assert result.changes == ()
+    assert [(a.alertname, a.node) for a in result.active] == [(NODE_COLLAPSE, "node-17")]

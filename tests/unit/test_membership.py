@@ -270,3 +270,45 @@ def test_a_departure_sent_before_the_old_groups_last_frame_still_departs() -> No
     win = p.windows["c"]
     assert win.expected_at(0) == frozenset({"n1"})  # it was the cluster's in bucket 0
     assert win.expected_at(B) == win.expected_at(5 * B) == frozenset()
+
+
+def test_frames_of_the_buckets_a_node_is_held_in_are_on_hold() -> None:
+    """The label gone (the scheduler took the node out of the job at a restart): the hold
+    keeps its frames in the job for two buckets, marked on hold; labelled ones are not."""
+    rounds = [_node_round("n1", k, "job-7" if k < 3 else None) for k in range(7)]
+    frames = _run(_job_builder("hpc_job", "cluster", membership_hold_buckets=2), rounds)
+    held = {f.ts: f.on_hold for f in frames if f.group == "job-7" and not f.left}
+    assert held == {0: False, B: False, 2 * B: False, 3 * B: True, 4 * B: True}
+    assert not any(f.on_hold for f in frames if f.group == "c")
+
+
+def test_a_node_is_on_hold_until_its_label_shows_again() -> None:
+    """On hold = the label not seen in the bucket nor since: a frame closed before the
+    label came back is on hold, one closed after it is not (the node stayed)."""
+    for close_early, on_hold in ((True, True), (False, False)):
+        b = _job_builder("hpc_job")
+        frames = []
+        for k in range(5):
+            b.add(_node_round("n1", k, None if k == 2 else "job-7"))
+            if close_early or k != 2:
+                frames += b.close_due((k + 1) * B)
+        expected = [(k * B, on_hold and k == 2) for k in range(5)]
+        assert [(f.ts, f.on_hold) for f in frames] == expected
+        assert not [f for f in frames if f.left]
+
+
+def test_on_hold_travels_on_the_wire_record() -> None:
+    frame = FrameData("job-7", "n1", 0, {"procs_running": 1.0}, on_hold=True)
+    assert Frame.loads(encode_frame(frame), serializer="json").on_hold is True
+    plain = Frame.loads(encode_frame(FrameData("c", "n1", 0, {})), serializer="json")
+    assert plain.on_hold is False
+
+
+def test_a_node_is_on_hold_in_a_bucket_only_if_every_partial_frame_says_so() -> None:
+    """Two ingests: one saw only node_exporter (no label), the other the GPU series."""
+    win = GroupWindow("job-7", DEFAULT_FEATURES, 30_000, 10.0, membership_buckets=4)
+    win.add("n1", 0, {"procs_running": 12.0}, {}, 0.0, on_hold=True)
+    win.add("n2", 0, {"procs_running": 12.0}, {}, 0.0, on_hold=True)
+    win.add("n1", 0, {"gpu_temp_c": 60.0}, {}, 0.0, on_hold=False)
+    (closed,) = win.due(100.0)
+    assert closed.on_hold == frozenset({"n2"})
