@@ -22,7 +22,6 @@ import time
 from typing import Any
 
 import faust
-import httpx
 
 from detectors.xid import parse_kernel_line
 from streams.acks import BucketAcks
@@ -32,6 +31,7 @@ from streams.pipeline import Pipeline, Scored
 from streams.records import AlertRecord, Frame, XidLine
 from streams.settings import Settings
 from streams.sinks.alertmanager import AlertmanagerSink
+from streams.sinks.credentials import access_for
 from streams.sinks.grafana import GrafanaSink
 from streams.sinks.outbox import open_outbox
 from streams.topics import ensure_topics
@@ -290,10 +290,12 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
 
         @app.task
         async def deliver_alerts() -> None:
-            async with httpx.AsyncClient() as client:
+            access = access_for(settings, "alertmanager")
+            async with access.client() as client:
                 sink = AlertmanagerSink(
-                    settings.alertmanager_url,
+                    access.url,
                     client,
+                    auth=access.auth,
                     resend_s=settings.alert_resend_s,
                     on_result=on_delivery,
                     outbox=open_outbox(outbox_dir, "alertmanager"),
@@ -308,12 +310,12 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
 
         @app.task
         async def annotate_grafana() -> None:
-            token = settings.grafana_token.get_secret_value() if settings.grafana_token else None
-            async with httpx.AsyncClient(timeout=10.0) as client:
+            access = access_for(settings, "grafana")
+            async with access.client(timeout=10.0) as client:
                 grafana = GrafanaSink(
-                    settings.grafana_url,
+                    access.url,
                     client,
-                    token=token,
+                    auth=access.auth,
                     dashboard_uid=settings.grafana_dashboard_uid,
                     bucket_ms=settings.bucket_ms,
                     outbox=open_outbox(outbox_dir, "grafana"),

@@ -42,6 +42,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Self
@@ -537,9 +538,21 @@ class Alertmanager(_PrometheusServer):
         workdir: str | os.PathLike[str],
         port: int | None = None,
         config: str | os.PathLike[str] | None = None,
+        web: AlertmanagerWeb | None = None,
     ) -> None:
         super().__init__(workdir, port, "alertmanager.log")
         self.config = Path(config).resolve() if config is not None else None
+        self.web = web
+
+    @property
+    def url(self) -> str:
+        scheme = "https" if self.web is not None and self.web.ca_file is not None else "http"
+        return f"{scheme}://{LOOPBACK}:{self.port}"
+
+    def _is_ready(self) -> bool:
+        if self.web is None:
+            return _http_ok(f"{self.url}/-/ready")
+        return _http_ok(f"{self.url}/-/ready", self.web.ready_context(), self.web.ready_headers)
 
     def _prepare(self) -> None:
         self.binary = alertmanager_binary()
@@ -556,7 +569,21 @@ class Alertmanager(_PrometheusServer):
             f"--web.listen-address={LOOPBACK}:{self.port}",
             # Empty = no cluster listener: no gossip port, no peers to wait for.
             "--cluster.listen-address=",
+            *([f"--web.config.file={self.web.config_file}"] if self.web is not None else []),
         ]
+
+
+@dataclass(frozen=True)
+class AlertmanagerWeb:
+    """An Alertmanager ``--web.config.file`` (TLS and/or basic auth, exporter-toolkit's
+    format) and what the readiness probe needs to pass it."""
+
+    config_file: Path
+    ca_file: Path | None = None  # set when the config serves TLS: the probe trusts this CA
+    ready_headers: dict[str, str] = field(default_factory=dict)  # e.g. its Authorization
+
+    def ready_context(self) -> ssl.SSLContext | None:
+        return ssl.create_default_context(cafile=str(self.ca_file)) if self.ca_file else None
 
 
 def alertmanager_binary() -> str:
@@ -585,9 +612,12 @@ def _debian_binary(debian: str, *names: str, package: str) -> str:
     raise ServiceUnavailable(f"{debian} not found: apt-get install {package}")
 
 
-def _http_ok(url: str) -> bool:
+def _http_ok(
+    url: str, context: ssl.SSLContext | None = None, headers: dict[str, str] | None = None
+) -> bool:
     try:
-        with urllib.request.urlopen(url, timeout=2) as response:
+        request = urllib.request.Request(url, headers=headers or {})
+        with urllib.request.urlopen(request, timeout=2, context=context) as response:
             return bool(response.status == 200)
     except (urllib.error.URLError, OSError):
         return False

@@ -114,8 +114,8 @@ class Settings(BaseSettings):
     alertmanager_username: str | None = None
     alertmanager_password: SecretStr | None = None
     alertmanager_password_file: Path | None = None
-    alertmanager_bearer_token: SecretStr | None = None
-    alertmanager_bearer_token_file: Path | None = None
+    alertmanager_token: SecretStr | None = None
+    alertmanager_token_file: Path | None = None
     alertmanager_ca_file: Path | None = Field(None, description="PEM CA bundle to verify HTTPS")
     alert_resend_s: float = Field(60.0, gt=0)
     grafana_url: str | None = None
@@ -180,9 +180,9 @@ class Settings(BaseSettings):
         ):
             if (getattr(self, first) is None) != (getattr(self, second) is None):
                 raise ValueError(f"{first} and {second} go together; set both or neither")
-        for sink, token in (("alertmanager", "bearer_token"), ("grafana", "token")):
-            if getattr(self, f"{sink}_password") and getattr(self, f"{sink}_{token}"):
-                raise ValueError(f"{sink}_password and {sink}_{token}: one kind of auth per sink")
+        for sink in ("alertmanager", "grafana"):
+            if getattr(self, f"{sink}_password") and getattr(self, f"{sink}_token"):
+                raise ValueError(f"{sink}_password and {sink}_token: one kind of auth per sink")
         return self
 
     @property

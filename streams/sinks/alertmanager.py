@@ -58,8 +58,10 @@ class AlertmanagerSink:
         clock: Callable[[], float] = time.time,
         on_result: Callable[[str, int], None] | None = None,
         outbox: Outbox | None = None,
+        auth: httpx.Auth | None = None,
     ) -> None:
-        base, self._auth = without_userinfo(url)  # no password in what httpx logs
+        base, url_auth = without_userinfo(url)  # no password in what httpx logs
+        self._auth = auth if auth is not None else url_auth
         self._endpoint = base.rstrip("/") + "/api/v2/alerts"
         self._client = client
         self._resend_s = resend_s

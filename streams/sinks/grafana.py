@@ -25,7 +25,7 @@ import httpx
 
 from detectors.alerts import AlertChange
 from streams.alerting import alert_annotations, alert_labels
-from streams.sinks.credentials import without_userinfo
+from streams.sinks.credentials import BearerAuth, without_userinfo
 from streams.sinks.outbox import Outbox, Outcome, alert_key, deliver_forever
 
 log = logging.getLogger("peerwatch.grafana")
@@ -42,11 +42,12 @@ class GrafanaSink:
         bucket_ms: int = 30_000,
         backoff_max_s: float = 30.0,
         outbox: Outbox | None = None,
+        auth: httpx.Auth | None = None,
     ) -> None:
-        base, self._auth = without_userinfo(url)  # no password in what httpx logs
+        base, url_auth = without_userinfo(url)  # no password in what httpx logs
+        self._auth = auth or (BearerAuth(token) if token else url_auth)
         self._base = base.rstrip("/")
         self._client = client
-        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._dashboard_uid = dashboard_uid
         self._bucket_ms = bucket_ms
         self._backoff_max_s = backoff_max_s
@@ -91,14 +92,12 @@ class GrafanaSink:
                 "PATCH",
                 f"{self._base}/api/annotations/{known}",
                 json={"timeEnd": change.bucket_ts + self._bucket_ms},
-                headers=self._headers,
             )
         else:
             request = self._client.build_request(
                 "POST",
                 f"{self._base}/api/annotations",
                 json=self._body(change, with_end=change.status == "resolved"),
-                headers=self._headers,
             )
         try:
             reply = await self._client.send(request, auth=self._auth)

@@ -291,9 +291,7 @@ def test_half_a_pair_is_an_error(values: dict[str, str]) -> None:
 
 def test_a_sink_takes_one_kind_of_auth() -> None:
     with pytest.raises(ValidationError, match="one kind of auth"):
-        Settings(
-            alertmanager_username="am", alertmanager_password="a", alertmanager_bearer_token="b"
-        )
+        Settings(alertmanager_username="am", alertmanager_password="a", alertmanager_token="b")
 
 
 def test_redacted_masks_secrets_and_url_passwords() -> None:

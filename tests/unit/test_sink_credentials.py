@@ -1,13 +1,16 @@
-"""streams.sinks.credentials: a sink URL's userinfo becomes Basic auth, the URL loses it."""
+"""streams.sinks.credentials: a sink's URL loses its userinfo; auth from it or from the sink's
+secret settings (which win)."""
 
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 
 import httpx
 import pytest
 
-from streams.sinks.credentials import without_userinfo
+from streams.settings import Settings
+from streams.sinks.credentials import access_for, without_userinfo
 
 
 @pytest.mark.parametrize(
@@ -29,3 +32,45 @@ def test_userinfo_moves_into_basic_auth(url: str, stripped: str, user: str, pass
 
 def test_a_url_without_userinfo_is_kept_as_it_is() -> None:
     assert without_userinfo("http://127.0.0.1:9093") == ("http://127.0.0.1:9093", None)
+
+
+def _authorization(auth: httpx.Auth | None) -> str | None:
+    if auth is None:
+        return None
+    return next(auth.auth_flow(httpx.Request("GET", "http://x"))).headers.get("Authorization")
+
+
+@pytest.mark.parametrize(
+    ("settings", "header"),
+    [
+        ({"alertmanager_url": "http://am:9093"}, None),
+        ({"alertmanager_url": "http://u:p@am:9093"}, "Basic dTpw"),
+        (
+            {"alertmanager_url": "http://u:p@am:9093", "alertmanager_token": "t"},
+            "Bearer t",
+        ),
+        (
+            {
+                "alertmanager_url": "http://u:p@am:9093",
+                "alertmanager_username": "v",
+                "alertmanager_password": "q",
+            },
+            "Basic djpx",
+        ),
+    ],
+)
+def test_a_sinks_secret_settings_win_over_the_urls_userinfo(
+    settings: dict[str, str], header: str | None
+) -> None:
+    access = access_for(Settings(**settings), "alertmanager")  # type: ignore[arg-type]
+    assert access.url == "http://am:9093"
+    assert _authorization(access.auth) == header
+
+
+def test_grafana_token_becomes_a_bearer_header_and_its_ca_file_is_kept(tmp_path: Path) -> None:
+    access = access_for(
+        Settings(grafana_url="https://g", grafana_token="tok", grafana_ca_file=tmp_path / "ca"),
+        "grafana",
+    )
+    assert _authorization(access.auth) == "Bearer tok"
+    assert access.ca_file == tmp_path / "ca"
