@@ -14,7 +14,8 @@ RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
 USER peerwatch
 WORKDIR /var/lib/peerwatch
 ENV PEERWATCH_DATADIR=/var/lib/peerwatch/data \
-    PEERWATCH_INGEST_HOST=0.0.0.0
+    PEERWATCH_INGEST_HOST=0.0.0.0 \
+    PEERWATCH_WORKER_WEB_HOST=0.0.0.0
 EXPOSE 9201 6066
 ENTRYPOINT ["peerwatch"]
 CMD ["--help"]

@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 import faust
+from faust.types import TP
 
 from detectors.xid import parse_kernel_line
 from streams.acks import BucketAcks
@@ -35,10 +36,12 @@ from streams.sinks.credentials import access_for
 from streams.sinks.grafana import GrafanaSink
 from streams.sinks.outbox import open_outbox
 from streams.topics import ensure_topics
+from streams.worker_health import WorkerHealth, serve_worker_http
 
 log = logging.getLogger("peerwatch.worker")
 
 TICK_EVERY_S = 1.0
+KAFKA_PROBE_EVERY_S = 5.0  # readiness asks Kafka for the frames topic's offsets this often
 
 
 def tick_frame(group: str) -> Frame:
@@ -46,8 +49,11 @@ def tick_frame(group: str) -> Frame:
     return Frame(group=group, node="", ts=-1, values={}, gpus={})
 
 
-def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faust.App:
+def create_app(
+    settings: Settings, metrics: WorkerMetrics | None = None, ready: WorkerHealth | None = None
+) -> faust.App:
     metrics = metrics or WorkerMetrics()
+    ready = ready or WorkerHealth(metrics)
     app = faust.App(
         settings.app_id,
         broker=settings.kafka,
@@ -61,7 +67,7 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
         stream_wait_empty=False,
         producer_acks=-1,
     )
-    health = _Health(metrics)
+    skips = _Skips(metrics)
 
     class FramesTopic(faust.Topic):  # type: ignore[misc]
         """The frames topic; an undecodable message is logged, counted and skipped.
@@ -71,10 +77,10 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
         """
 
         async def on_key_decode_error(self, exc: Exception, message: Any) -> None:
-            health.skip("decode", exc, message)
+            skips.skip("decode", exc, message)
 
         async def on_value_decode_error(self, exc: Exception, message: Any) -> None:
-            health.skip("decode", exc, message)
+            skips.skip("decode", exc, message)
 
     frames_topic = FramesTopic(
         app,
@@ -168,6 +174,7 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
         # Stop re-sending at once: a worker that is leaving runs no agent step again, and a
         # re-send after the new owner resolved an alert would make it fire again. A group
         # that comes back here is put on the re-send schedule by its next bucket.
+        ready.rebalancing()
         gone = {tp.partition for tp in revoked if tp.topic == settings.topic_frames}
         if (sink := sink_holder.get("am")) is not None:
             for group in [g for g, p in partition_of.items() if p in gone]:
@@ -180,6 +187,7 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
         lost.update(owned - now)
         owned.clear()
         owned.update(now)
+        ready.assigned(len(now))
 
     async def handle_frame(event: Any) -> None:
         if lost:
@@ -235,17 +243,17 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
 
     @app.agent(frames_topic)
     async def score_frames(stream: Any) -> None:
-        health.agent_running(True)
+        ready.agent_running(True)
         try:
             async for event in stream.noack().events():
                 try:
                     if (problem := frame_problem(event.value)) is not None:
-                        health.skip("decode", ValueError(problem), event.message)
+                        skips.skip("decode", ValueError(problem), event.message)
                         event.ack()
                         continue
                     await handle_frame(event)
                 except Exception as exc:  # one frame's (or one bucket's) fault: skip it
-                    health.skip("score", exc, event.message)
+                    skips.skip("score", exc, event.message)
                     event.ack()  # (acking twice is harmless if it was held)
         except asyncio.CancelledError:
             raise
@@ -253,7 +261,7 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
             log.exception("agent_died agent=score_frames")
             raise
         finally:
-            health.agent_running(False)
+            ready.agent_running(False)
 
     xid_topic = app.topic(
         settings.topic_xid, key_type=str, value_type=XidLine, partitions=settings.topic_partitions
@@ -275,8 +283,27 @@ def create_app(settings: Settings, metrics: WorkerMetrics | None = None) -> faus
             log.info("xid_line node=%s xid=%d gpu=%s", record.node, event.xid, gpu)
 
     @app.on_rebalance_complete.connect
-    async def _assigned(sender: Any, **kwargs: Any) -> None:
-        health.assigned()
+    async def _restored(sender: Any, **kwargs: Any) -> None:
+        ready.rebalance_complete()
+
+    kafka_probe: list[asyncio.Task[Any]] = []  # the probe in flight, if any
+
+    @app.timer(KAFKA_PROBE_EVERY_S)
+    async def probe_kafka() -> None:
+        # Asked through the app's own consumer (its brokers and credentials). A probe still
+        # unanswered at the next tick means Kafka is away; none is stacked behind it.
+        if kafka_probe and not kafka_probe[0].done():
+            ready.kafka(f"no answer within {KAFKA_PROBE_EVERY_S:g} s")
+            return
+        kafka_probe[:] = [asyncio.ensure_future(_ask_kafka())]
+
+    async def _ask_kafka() -> None:
+        try:
+            await app.consumer.highwaters(TP(settings.topic_frames, 0))
+        except Exception as exc:
+            ready.kafka(f"{type(exc).__name__}: {exc}")
+        else:
+            ready.kafka(None)
 
     @app.timer(TICK_EVERY_S)
     async def wake_quiet_groups() -> None:
@@ -351,25 +378,11 @@ def frame_problem(frame: Frame) -> str | None:
     return None
 
 
-class _Health:
-    """``peerwatch_worker_ready``: 1 once partitions are assigned and while the frames agent
-    runs; and the skipping of frames that cannot be handled (logged with their offset)."""
+class _Skips:
+    """The skipping of frames that cannot be handled: counted, logged with their offset."""
 
     def __init__(self, metrics: WorkerMetrics) -> None:
         self.metrics = metrics
-        self._assigned = False
-        self._agent = False
-
-    def assigned(self) -> None:
-        self._assigned = True
-        self._update()
-
-    def agent_running(self, running: bool) -> None:
-        self._agent = running
-        self._update()
-
-    def _update(self) -> None:
-        self.metrics.ready.set(1 if self._assigned and self._agent else 0)
 
     def skip(self, stage: str, exc: BaseException, message: Any) -> None:
         self.metrics.frames_failed.labels(stage=stage).inc()
@@ -386,14 +399,19 @@ class _Health:
 
 def run_worker(settings: Settings, loglevel: str = "info") -> None:
     """Run the Faust worker in the foreground until SIGINT/SIGTERM."""
-    from prometheus_client import start_http_server
-
     metrics = WorkerMetrics()
+    ready = WorkerHealth(metrics)
     if settings.worker_web_port:
-        start_http_server(settings.worker_web_port, addr="127.0.0.1", registry=metrics.registry)
+        serve_worker_http(settings.worker_web_host, settings.worker_web_port, ready)
+        log.info(
+            "worker_http_listening host=%s port=%d",
+            settings.worker_web_host,
+            settings.worker_web_port,
+        )
     asyncio.run(ensure_topics(settings))
-    app = create_app(settings, metrics)
+    app = create_app(settings, metrics, ready)
     settings.datadir.mkdir(parents=True, exist_ok=True)
     worker = faust.Worker(app, loglevel=loglevel, quiet=True)
     asyncio.set_event_loop(worker.loop)
+    ready.loop = worker.loop
     worker.execute_from_commandline()

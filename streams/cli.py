@@ -49,6 +49,7 @@ def _without_inputs(exc: ValidationError) -> str:
     show_default=True,
     type=click.Choice(["debug", "info", "warning", "error"]),
 )
+@click.version_option(package_name="peerwatch", prog_name="peerwatch")
 @click.pass_context
 def main(ctx: click.Context, config: Path | None, log_level: str) -> None:
     """peerwatch: peer-group anomaly detection for GPU training clusters."""
@@ -73,6 +74,7 @@ def ingest(ctx: click.Context, **flags: Any) -> None:
 @click.option("--alertmanager-url", help="Alertmanager base URL; '' disables.")
 @click.option("--datadir", type=click.Path(path_type=Path), help="Faust state directory.")
 @click.option("--store", help="Table store: memory:// or rocksdb://.")
+@click.option("--web-host", "worker_web_host", help="/metrics, /-/healthy, /-/ready address.")
 @click.option("--metrics-port", "worker_web_port", type=int, help="/metrics port; 0 disables.")
 @click.pass_context
 def worker(ctx: click.Context, **flags: Any) -> None:

@@ -144,7 +144,7 @@ class WorkerMetrics:
         register_process_metrics(r)
         self.ready = Gauge(
             "peerwatch_worker_ready",
-            "1 while the worker owns its partitions and its frames agent runs",
+            "1 while /-/ready answers 200 (assigned, state restored, agent running, Kafka up)",
             registry=r,
         )
         self.frames = Counter("peerwatch_worker_frames", "frames consumed", registry=r)

@@ -97,6 +97,9 @@ class Settings(BaseSettings):
     ingest_basic_auth_password_file: Path | None = None
 
     # worker
+    worker_web_host: str = Field(
+        "127.0.0.1", description="worker /metrics, /-/healthy, /-/ready address (0.0.0.0: all)"
+    )
     worker_web_port: int = Field(6066, ge=0, le=65535)
     datadir: Path = Path("peerwatch-data")
     outbox_dir: Path | None = Field(

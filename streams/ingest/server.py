@@ -37,6 +37,7 @@ from streams.ingest.frames import AddStats, FrameData, frame_builder_for
 from streams.ingest.membership import MembershipFollower
 from streams.ingest.producer import FrameProducer
 from streams.ingest.remote_write import RemoteWriteError, WriteRequestDecoder
+from streams.ingest.request_timer import request_timer
 from streams.ingest.security import WriteAuth, server_ssl_context
 from streams.ingest.series import Series
 from streams.ingest.wal import WriteAheadLog
@@ -233,6 +234,10 @@ class Ingest:
         reason = self._unavailable()
         return web.Response(status=503 if reason else 200, text=reason)
 
+    async def healthy(self, request: web.Request) -> web.Response:
+        """Liveness: the event loop answers (readiness is about Kafka and the tasks)."""
+        return web.Response(text="ok\n")
+
     async def flush_forever(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
@@ -241,11 +246,15 @@ class Ingest:
             await loop.run_in_executor(self._work, self._checkpoint)
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.settings.max_body_bytes)
+        app = web.Application(
+            client_max_size=self.settings.max_body_bytes,
+            middlewares=[request_timer(self.metrics.request_seconds)],
+        )
         app.router.add_post("/api/v1/write", self.write)
         app.router.add_post("/receive", self.write)  # the path some adapters use
         app.router.add_get("/metrics", self.metrics_page)
         app.router.add_get("/-/ready", self.ready)
+        app.router.add_get("/-/healthy", self.healthy)
         app.cleanup_ctx.append(self._background)
         return app
 

@@ -7,9 +7,11 @@ import re
 
 import pytest
 from prometheus_client import generate_latest
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import CollectorRegistry
 
 from detectors.failslow.slo import SloSummary
+from detectors.population import Composition
 from streams.metrics import IngestMetrics, WorkerMetrics
 from streams.process_metrics import peerwatch_version
 
@@ -71,3 +73,26 @@ def test_gpu_time_is_exported_in_gpu_seconds() -> None:
     assert 'peerwatch_job_lost_gpu_seconds_total{group="job"} 900.0' in text
     assert 'peerwatch_job_below_slo_seconds_total{group="job"} 90.0' in text
     assert "hours" not in "".join(ln for ln in text.splitlines() if not ln.startswith("#"))
+
+
+def test_forget_group_removes_every_per_group_series() -> None:
+    """Every metric labelled by group, whoever adds it, goes when its group ends."""
+    metrics = WorkerMetrics()
+    labelled = [
+        m
+        for m in vars(metrics).values()
+        if isinstance(m, MetricWrapperBase) and "group" in m._labelnames
+    ]
+    assert len(labelled) >= 10
+    known = {"population": "job", "phase": "save"}  # label values from a closed set
+    for group in ("job-a", "job-b"):
+        metrics.observe_phase(group, "save")
+        metrics.observe_composition(group, Composition(job=8, busy=8, idle=1))
+        for metric in labelled:
+            metric.labels(
+                **{n: group if n == "group" else known.get(n, "x") for n in metric._labelnames}
+            )
+    metrics.forget_group("job-a")
+    text = generate_latest(metrics.registry).decode()
+    assert 'group="job-a"' not in text
+    assert 'group="job-b"' in text

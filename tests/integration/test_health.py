@@ -1,0 +1,91 @@
+"""Liveness, readiness and self-metrics of `peerwatch worker` and `peerwatch ingest`, run as
+an operator runs them, against the session's Apache Kafka (and one of the test's own)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+
+from streams.services import KafkaKRaft, PeerwatchProcess, free_port
+from tests.integration.harness import Deployment
+
+
+def get(url: str) -> tuple[int, str]:
+    reply = httpx.get(url, timeout=5.0)
+    return reply.status_code, reply.text
+
+
+def poll_until(url: str, status: int, timeout_s: float) -> list[tuple[int, str]]:
+    """Every answer of ``url`` (every 0.1 s) until one has ``status``; fails on timeout."""
+    seen: list[tuple[int, str]] = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        seen.append(get(url))
+        if seen[-1][0] == status:
+            return seen
+        time.sleep(0.1)
+    raise AssertionError(f"{url} never answered {status} in {timeout_s:.0f} s; last {seen[-1:]}")
+
+
+def test_worker_is_live_at_once_and_ready_once_its_partitions_are_assigned(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    deployment = Deployment.new(kafka_bootstrap, "", tmp_path)
+    base = f"http://127.0.0.1:{deployment.metrics_port}"
+    worker = PeerwatchProcess(
+        ["worker"], deployment.env, tmp_path / "worker.log", f"{base}/-/healthy"
+    )
+    with worker:
+        answers = poll_until(f"{base}/-/ready", 200, timeout_s=90)
+        # live before it is ready: the first answers say what it waits for
+        status, reason = answers[0]
+        assert status == 503, answers[0]
+        assert "partition assignment" in reason or "not restored" in reason, reason
+        assert answers[-1] == (200, "ok\n")
+        assert get(f"{base}/-/healthy") == (200, "ok\n")
+        page = get(f"{base}/metrics")[1]
+        assert "peerwatch_worker_ready 1.0" in page
+        assert "process_cpu_seconds_total" in page
+        assert 'peerwatch_build_info{aiokafka="' in page
+        assert get(f"{base}/nothing-here")[0] == 404
+
+
+def test_ingest_serves_healthy_and_times_requests_by_route_and_code(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    deployment = Deployment.new(kafka_bootstrap, "", tmp_path)
+    base = f"http://127.0.0.1:{deployment.ingest_port}"
+    with deployment.ingest():
+        assert get(f"{base}/-/healthy") == (200, "ok\n")
+        reply = httpx.post(
+            f"{base}/api/v1/write", content=b"x", headers={"Content-Type": "text/plain"}
+        )
+        assert reply.status_code == 415
+        assert get(f"{base}/no-such-path")[0] == 404
+        page = get(f"{base}/metrics")[1]
+    samples = [ln.rsplit(" ", 1) for ln in page.splitlines() if ln and not ln.startswith("#")]
+    lines = {series: float(value) for series, value in samples}
+    name = "peerwatch_ingest_request_duration_seconds_count"
+    assert lines[f'{name}{{code="415",handler="/api/v1/write"}}'] == 1
+    assert lines[f'{name}{{code="200",handler="/-/healthy"}}'] == 1
+    assert lines[f'{name}{{code="404",handler="unmatched"}}'] == 1
+    assert "process_resident_memory_bytes" in page
+
+
+def test_ingest_ready_follows_kafka_down_then_up(tmp_path: Path) -> None:
+    """Started before its broker: live, not ready; ready once the broker is up."""
+    kafka = KafkaKRaft(tmp_path / "kafka", port=free_port())
+    deployment = Deployment.new(kafka.bootstrap, "", tmp_path)
+    base = f"http://127.0.0.1:{deployment.ingest_port}"
+    ingest = PeerwatchProcess(
+        ["ingest"], deployment.env, tmp_path / "ingest.log", f"{base}/-/healthy"
+    )
+    with ingest:
+        time.sleep(1.0)  # the producer has tried and failed by now
+        assert get(f"{base}/-/ready") == (503, "kafka unreachable")
+        assert get(f"{base}/-/healthy") == (200, "ok\n")
+        with kafka:
+            answers = poll_until(f"{base}/-/ready", 200, timeout_s=60)
+        assert answers[-1][0] == 200
