@@ -422,6 +422,33 @@ def chaos(
         sys.exit(1)
 
 
+@main.command()
+@click.option("--kafka", help="Kafka URL (env PEERWATCH_KAFKA).")
+@click.option("--topic", "topic_alerts", help="Alerts topic (setting topic_alerts).")
+@click.option("--follow", "-f", is_flag=True, help="Keep the table live until Ctrl-C.")
+@click.option("--rows", default=15, show_default=True, help="Newest alert records shown.")
+@click.pass_context
+def alerts(
+    ctx: click.Context, kafka: str | None, topic_alerts: str | None, follow: bool, rows: int
+) -> None:
+    """Show the alerts topic as the demo's table: once, or live with --follow."""
+    import asyncio
+
+    from aiokafka.errors import KafkaError
+    from rich.console import Console
+
+    from streams.alerts_view import show_alerts
+
+    settings = _settings(ctx, kafka=kafka, topic_alerts=topic_alerts)
+    logging.getLogger("aiokafka").setLevel(logging.ERROR)  # its retries would scroll the view
+    try:
+        asyncio.run(show_alerts(settings, Console(), follow=follow, rows=rows))
+    except KeyboardInterrupt:
+        return
+    except KafkaError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+
+
 @main.command("xid-log")
 @click.option("--kafka", help="Kafka URL (env PEERWATCH_KAFKA).")
 @click.option("--node", required=True, help="This node's name (as peerwatch names it).")

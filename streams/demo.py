@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import tempfile
@@ -20,12 +19,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aiokafka import AIOKafkaConsumer
 from rich.console import Console, Group
 from rich.live import Live
 from rich.panel import Panel
-from rich.table import Table
 
+from streams.alerts_view import alerts_table, utc_clock, watch_alerts
 from streams.services import EmbeddedBroker, PeerwatchProcess, free_port
 from streams.settings import Settings
 from streams.sources.simulator import ClusterConfig, NvlinkBusFault, replay
@@ -66,14 +64,6 @@ class DemoPlan:
         return self.config.faults[0].node  # type: ignore[attr-defined, no-any-return]
 
 
-def _signal_text(signal: dict) -> str:
-    """``feature z=-19.1``, or ``xid=79`` for signals without a peer z (XID, remaps)."""
-    z = signal.get("z")
-    if isinstance(z, (int, float)) and z == z:
-        return f"{signal['feature']} z={z:+.1f}"
-    return f"{signal['feature']}={signal.get('value')}"
-
-
 @dataclass
 class DemoView:
     plan: DemoPlan
@@ -93,60 +83,26 @@ class DemoView:
             self.first_alert_wall_s = time.monotonic() - self.started
         self.alerts.append(record)
 
-    def _sim_clock(self, ms: int) -> str:
-        return "--:--" if ms <= 0 else time.strftime("%H:%M:%S", time.gmtime(ms / 1000))
-
     def render(self) -> Group:
         plan = self.plan
         elapsed = time.monotonic() - self.started
         fault_bucket = (plan.fault_ms - plan.start_ms) // BUCKET_MS
         head = (
             f"[b]peerwatch demo[/b]  {self.status}   wall {elapsed:5.0f} s   "
-            f"sim {self._sim_clock(self.sim_ms)} UTC   rounds {self.rounds}   "
+            f"sim {utc_clock(self.sim_ms)} UTC   rounds {self.rounds}   "
             f"samples {self.samples:,}\n"
             f"job: {plan.config.job_nodes} nodes + {plan.config.spares} spares, "
             f"checkpoint saves every ~{plan.config.checkpoint_interval_s / 60:.0f} min, "
             f"replay {plan.speed:g}x real time\n"
             f"injected: NVLink + bus fault on [b]{plan.victim}[/b] GPU 3 "
-            f"(XID 145 → 79) at sim {self._sim_clock(plan.fault_ms)} (bucket {fault_bucket})"
+            f"(XID 145 → 79) at sim {utc_clock(plan.fault_ms)} (bucket {fault_bucket})"
         )
         if self.first_alert_wall_s is not None:
             head += f"\nfirst alert {self.first_alert_wall_s:.0f} s after start"
-        table = Table(expand=True)
-        for col in ("sim time", "status", "alert", "node", "severity", "bucket vs XID", "signals"):
-            table.add_column(col, overflow="fold")
-        for a in self.alerts[-15:]:
-            labels = a.get("labels", {})
-            bucket = a.get("bucket_ts", 0)
-            rel = (bucket - plan.fault_ms // BUCKET_MS * BUCKET_MS) // BUCKET_MS
-            sigs = ", ".join(_signal_text(sig) for sig in (a.get("signals") or [])[:3])
-            style = "red" if a.get("status") == "firing" else "green"
-            table.add_row(
-                self._sim_clock(bucket),
-                f"[{style}]{a.get('status')}[/{style}]",
-                labels.get("alertname", ""),
-                labels.get("node", "-"),
-                labels.get("severity", ""),
-                f"{rel:+d}",
-                sigs,
-            )
+        table = alerts_table(
+            self.alerts, xid_bucket_ms=plan.fault_ms // BUCKET_MS * BUCKET_MS, bucket_ms=BUCKET_MS
+        )
         return Group(Panel(head), table)
-
-
-async def _watch_alerts(settings: Settings, view: DemoView) -> None:
-    consumer = AIOKafkaConsumer(
-        settings.topic_alerts,
-        bootstrap_servers=settings.broker_host_port,
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-    )
-    await consumer.start()
-    try:
-        async for msg in consumer:
-            with contextlib.suppress(ValueError):
-                view.on_alert(json.loads(msg.value))
-    finally:
-        await consumer.stop()
 
 
 async def run_demo(
@@ -209,7 +165,7 @@ async def run_demo(
         procs = [ingest, worker]
         view.status = "running"
         tasks = [
-            asyncio.create_task(_watch_alerts(settings, view)),
+            asyncio.create_task(watch_alerts(settings, view.on_alert)),
             asyncio.create_task(
                 replay(
                     f"http://127.0.0.1:{ingest_port}/api/v1/write",
