@@ -125,6 +125,11 @@ def create_app(
             metrics.observe_composition(bucket.group, scored.result.composition)
         if scored.result.phase is not None:
             metrics.observe_phase(bucket.group, scored.result.phase.name)
+        if not scored.result.stale:
+            metrics.nodes.observe(
+                bucket.group, scored.result.verdicts, bucket.frames, scored.active
+            )
+        metrics.nodes.count_xids(bucket.group, scored.changes)
         slo = pipeline.slo_summary(bucket.group)
         if slo is not None:
             verdict = scored.failslow
@@ -163,6 +168,7 @@ def create_app(
         for group in [g for g, p in partition_of.items() if p in lost]:
             pipeline.forget(group)
             held.drop(group)
+            metrics.forget_group(group)  # the new owner exports them now
             del partition_of[group]
             if (sink := sink_holder.get("am")) is not None:
                 sink.forget_group(group)

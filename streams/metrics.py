@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from detectors.alerts import AlertChange
 from detectors.failslow.slo import SloSummary
+from detectors.features import split_per_gpu_key
+from detectors.fusion import NodeVerdict
+from detectors.gpu_health import XID_ALERT
 from detectors.phase import PHASES
 from detectors.population import Composition
 from streams.process_metrics import register_process_metrics
@@ -203,6 +208,10 @@ class WorkerMetrics:
         )
         self._slo_gauges()
         self._slo_counters()
+        self.nodes = NodeSeries(r)
+        # at zero from the start, so rates and dashboards have a series before the first one
+        for stage in ("decode", "score"):
+            self.frames_failed.labels(stage=stage)
 
     def forget_group(self, group: str) -> None:
         """The group ended: its series go (a gauge would go on showing its last bucket)."""
@@ -228,6 +237,7 @@ class WorkerMetrics:
             self.group_phase.remove(group, name)
         for key in [k for k in self._exported if k[1] == group]:
             del self._exported[key]
+        self.nodes.forget(group)
 
     def observe_phase(self, group: str, phase: str) -> None:
         """One series per phase, so a dashboard can stack them and alerts can join on it."""
@@ -336,6 +346,111 @@ class WorkerMetrics:
             ("incidents", self.job_slow_incidents, float(summary.incident_count)),
         ):
             grown = total - self._exported.get((name, group), 0.0)
+            child = counter.labels(group=group)  # from 0: increase() sees the first growth
             if grown > 0:
-                counter.labels(group=group).inc(grown)
+                child.inc(grown)
             self._exported[(name, group)] = total
+
+
+REMAP_KINDS = ("correctable", "uncorrectable", "pending", "failure")
+
+
+class NodeSeries:
+    """Series labelled by node: what a dashboard draws per node (``deploy/grafana``).
+
+    Bounded: only the nodes of the groups this worker scores now. Each scored bucket
+    replaces its group's set (a node that left, went silent or stopped firing loses
+    its series); a group's go when it ends or moves to another worker (``forget``).
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.score = Gauge(
+            "peerwatch_node_score",
+            "the node's fused deviation score among its peers in the group's last scored "
+            "bucket (scored nodes only; 0 = typical)",
+            ["group", "node"],
+            registry=registry,
+        )
+        self.remapped_rows = Gauge(
+            "peerwatch_node_remapped_rows",
+            "DCGM row remapping summed over the node's GPUs in the last scored bucket "
+            "(rows correctable/uncorrectable, GPUs pending/failed); nodes with any only",
+            ["group", "node", "kind"],
+            registry=registry,
+        )
+        self.alert_firing = Gauge(
+            "peerwatch_alert_firing",
+            "1 for each alert firing after the group's last scored bucket "
+            "(node empty: a group alert)",
+            ["group", "node", "alertname", "severity"],
+            registry=registry,
+        )
+        self.xid_alerts = Counter(
+            "peerwatch_node_xid_alerts",
+            "PeerwatchXid alerts raised (a new XID, or a new action for one) by node and XID",
+            ["group", "node", "xid"],
+            registry=registry,
+        )
+        # group -> metric -> label values (after the group) exported for it now
+        self._held: dict[str, dict[Gauge | Counter, set[tuple[str, ...]]]] = {}
+
+    def observe(
+        self,
+        group: str,
+        verdicts: Mapping[str, NodeVerdict],
+        frames: Mapping[str, Mapping[str, float]],
+        active: Iterable[AlertChange],
+    ) -> None:
+        """One scored bucket of ``group``: its scores, row remaps and firing alerts."""
+        self._replace(
+            self.score,
+            group,
+            {
+                (node,): v.score
+                for node, v in verdicts.items()
+                if v.scored and not v.silent and math.isfinite(v.score)
+            },
+        )
+        remaps: dict[tuple[str, ...], float] = {}
+        for node, values in frames.items():
+            totals = remapped_rows(values)
+            if any(totals.values()):
+                remaps.update({(node, kind): n for kind, n in totals.items()})
+        self._replace(self.remapped_rows, group, remaps)
+        firing = {(a.node or "", a.alertname, a.severity): 1.0 for a in active}
+        self._replace(self.alert_firing, group, firing)
+
+    def count_xids(self, group: str, changes: Iterable[AlertChange]) -> None:
+        held = self._held.setdefault(group, {}).setdefault(self.xid_alerts, set())
+        for change in changes:
+            if change.alertname == XID_ALERT and change.status == "firing":
+                labels = (change.node or "", f"{change.score:.0f}")
+                self.xid_alerts.labels(group, *labels).inc()
+                held.add(labels)
+
+    def forget(self, group: str) -> None:
+        for metric, held in self._held.pop(group, {}).items():
+            for labels in held:
+                metric.remove(group, *labels)
+
+    def _replace(self, gauge: Gauge, group: str, values: Mapping[tuple[str, ...], float]) -> None:
+        held = self._held.setdefault(group, {}).setdefault(gauge, set())
+        for labels in held - values.keys():
+            gauge.remove(group, *labels)
+        for labels, value in values.items():
+            gauge.labels(group, *labels).set(value)
+        held.clear()
+        held.update(values)
+
+
+def remapped_rows(values: Mapping[str, float]) -> dict[str, float]:
+    """A frame's ``remap_<kind>@<gpu>`` values summed over its GPUs, by kind."""
+    totals = dict.fromkeys(REMAP_KINDS, 0.0)
+    for key, value in values.items():
+        if not key.startswith("remap_") or not math.isfinite(value):
+            continue
+        split = split_per_gpu_key(key)
+        kind = split[0].removeprefix("remap_") if split else None
+        if kind in totals:
+            totals[kind] += value
+    return totals

@@ -452,3 +452,21 @@ def test_worker_exports_slo_figures_and_counters_advance_by_growth() -> None:
     assert 'peerwatch_job_healthy_waiting_gpu_seconds_total{group="job"} 360.0' in text
     assert 'peerwatch_job_below_slo_seconds_total{group="job"} 60.0' in text
     assert 'peerwatch_job_slow{group="job"} 0.0' in text
+
+
+def test_slo_counters_exist_from_zero_once_the_job_is_seen() -> None:
+    """A counter that first appears at its value hides that growth from increase() and
+    leaves a dashboard panel empty until the job first runs below its band."""
+    metrics = WorkerMetrics()
+    metrics.observe_slo(
+        "job", SloSummary(None, None, None, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, (), 0)
+    )
+    counters = [
+        f
+        for f in metrics.registry.collect()
+        if f.type == "counter" and f.name.startswith("peerwatch_job_")
+    ]
+    assert len(counters) == 6
+    for family in counters:
+        (total,) = [s for s in family.samples if s.name.endswith("_total")]
+        assert total.labels == {"group": "job"} and total.value == 0.0, family.name
