@@ -129,7 +129,9 @@ class Settings(BaseSettings):
     grafana_password_file: Path | None = None
     grafana_ca_file: Path | None = Field(None, description="PEM CA bundle to verify HTTPS")
     grafana_dashboard_uid: str | None = Field(
-        None, description="annotate this dashboard; organisation-wide (found by tags) if unset"
+        "peerwatch",
+        description="annotate this dashboard (the shipped deploy/grafana/peerwatch.json's uid); "
+        "empty: organisation-wide, found by tags",
     )
     # links in every alert (streams.alerting.AlertLinks)
     runbook_base_url: str = Field(
@@ -149,7 +151,9 @@ class Settings(BaseSettings):
             raise ValueError("needs at least one non-empty label name")
         return v
 
-    @field_validator("alertmanager_url", "grafana_url", "dashboard_url", mode="before")
+    @field_validator(
+        "alertmanager_url", "grafana_url", "dashboard_url", "grafana_dashboard_uid", mode="before"
+    )
     @classmethod
     def _empty_is_off(cls, v: object) -> object:
         return None if v == "" else v

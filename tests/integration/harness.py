@@ -9,17 +9,20 @@ import json
 import ssl
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import httpx
 import pytest
+import yaml
 from aiokafka import AIOKafkaConsumer
 
-from streams.services import PeerwatchProcess, free_port
+from streams.services import PeerwatchProcess, Prometheus, free_port
+from tests.integration.conftest import start_or_fail
 
 T = TypeVar("T")
 
@@ -212,3 +215,16 @@ async def wait_for(predicate: Callable[[], Awaitable[T]], timeout_s: float, what
 
 def epoch_ms(rfc3339: str) -> int:
     return int(datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+@contextmanager
+def prometheus_running(workdir: Path, config: dict[str, Any]) -> Iterator[Prometheus]:
+    """Debian's Prometheus with ``config`` (a prometheus.yml as a mapping), stopped after."""
+    path = workdir / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config))
+    server = Prometheus(workdir / "prometheus", path)
+    start_or_fail(server)
+    try:
+        yield server
+    finally:
+        server.stop()

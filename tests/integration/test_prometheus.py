@@ -22,7 +22,13 @@ from aiokafka import AIOKafkaConsumer
 from streams.deploy_config import WriterAuth, catalog_metric_names, remote_write_config
 from streams.services import NodeExporter, Prometheus
 from tests.integration.conftest import start_or_fail
-from tests.integration.harness import Deployment, client_context, make_tls_files, wait_for
+from tests.integration.harness import (
+    Deployment,
+    client_context,
+    make_tls_files,
+    prometheus_running,
+    wait_for,
+)
 
 SHIPPED = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "remote_write.yml"
 SCRAPE_S = 1
@@ -80,16 +86,9 @@ def deployment(kafka_bootstrap: str, tmp_path: Path) -> Deployment:
 def prometheus(
     tmp_path: Path, node_exporter: NodeExporter, deployment: Deployment
 ) -> Iterator[Prometheus]:
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
-        yaml.safe_dump(prometheus_yml(node_exporter.target, deployment.job, deployment.write_url))
-    )
-    server = Prometheus(tmp_path / "prometheus", config)
-    start_or_fail(server)
-    try:
+    config = prometheus_yml(node_exporter.target, deployment.job, deployment.write_url)
+    with prometheus_running(tmp_path, config) as server:
         yield server
-    finally:
-        server.stop()
 
 
 async def test_node_exporter_features_reach_the_frames_topic(
