@@ -417,7 +417,10 @@ def run_worker(settings: Settings, loglevel: str = "info") -> None:
     asyncio.run(ensure_topics(settings))
     app = create_app(settings, metrics, ready)
     settings.datadir.mkdir(parents=True, exist_ok=True)
-    worker = faust.Worker(app, loglevel=loglevel, quiet=True)
+    # The CLI has set up logging (text or JSON): mode's own setup would replace it with
+    # its coloured format, so the worker's lines and Faust's would differ from the ingest's.
+    worker = faust.Worker(app, loglevel=loglevel, quiet=True, override_logging=False)
+    worker.spinner = None  # mode's logging setup drops it at INFO; it writes terminal escapes
     asyncio.set_event_loop(worker.loop)
     ready.loop = worker.loop
     worker.execute_from_commandline()

@@ -16,18 +16,20 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
+from streams.logs import configure_logging
 from streams.settings import Settings, load_settings
-
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
 def _settings(ctx: click.Context, **flags: Any) -> Settings:
     try:
-        return load_settings(ctx.obj["config"], **flags)
+        settings = load_settings(ctx.obj["config"], **flags)
     except ValidationError as exc:
         raise click.ClickException(f"ValidationError: {_without_inputs(exc)}") from None
     except (ValueError, OSError) as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+    if settings.log_format != "text":  # main() set up text before any settings were read
+        configure_logging(ctx.obj["log_level"], settings.log_format)
+    return settings
 
 
 def _without_inputs(exc: ValidationError) -> str:
@@ -53,7 +55,7 @@ def _without_inputs(exc: ValidationError) -> str:
 @click.pass_context
 def main(ctx: click.Context, config: Path | None, log_level: str) -> None:
     """peerwatch: peer-group anomaly detection for GPU training clusters."""
-    logging.basicConfig(level=log_level.upper(), format=LOG_FORMAT, stream=sys.stderr)
+    configure_logging(log_level)
     ctx.obj = {"config": config, "log_level": log_level}
 
 

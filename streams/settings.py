@@ -11,7 +11,7 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -29,6 +29,9 @@ class Settings(BaseSettings):
     topic_partitions: int = Field(4, ge=1)
     topic_replication: int = Field(1, ge=1, description="replication of topics peerwatch creates")
     app_id: str = "peerwatch"
+
+    # logs: "json" for one JSON object per line (every process, library lines included)
+    log_format: Literal["text", "json"] = "text"
 
     # identity of a node and of its peer group, from labels
     node_labels: list[str] = ["instance", "hostname", "Hostname"]

@@ -3,6 +3,7 @@ an operator runs them, against the session's Apache Kafka (and one of the test's
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -89,3 +90,35 @@ def test_ingest_ready_follows_kafka_down_then_up(tmp_path: Path) -> None:
         with kafka:
             answers = poll_until(f"{base}/-/ready", 200, timeout_s=60)
         assert answers[-1][0] == 200
+
+
+def json_log(path: Path) -> list[dict]:
+    """Every line of a process's output as JSON (fails on a line that is not)."""
+    lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
+    assert lines, path
+    return [json.loads(ln) for ln in lines]
+
+
+def test_json_logs_cover_the_worker_faust_and_aiokafka_lines(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    deployment = Deployment.new(kafka_bootstrap, "", tmp_path)
+    deployment.env["PEERWATCH_LOG_FORMAT"] = "json"
+    with deployment.worker():
+        pass  # started (ready) and stopped: startup, assignment and shutdown lines
+    records = json_log(tmp_path / "worker.log")
+    loggers = {r["logger"].split(".")[0] for r in records}
+    assert {"peerwatch", "faust", "aiokafka"} <= loggers, loggers
+    assert all({"time", "level", "logger", "message"} <= set(r) for r in records)
+    assert any(r["message"].startswith("worker_http_listening") for r in records)
+
+
+def test_json_logs_cover_the_ingest_and_its_http_lines(kafka_bootstrap: str, tmp_path: Path):
+    deployment = Deployment.new(kafka_bootstrap, "", tmp_path)
+    deployment.env["PEERWATCH_LOG_FORMAT"] = "json"
+    with deployment.ingest():
+        httpx.post(deployment.write_url, content=b"x", headers={"Content-Type": "text/plain"})
+    records = json_log(tmp_path / "ingest.log")
+    loggers = {r["logger"] for r in records}
+    assert {"peerwatch.ingest", "aiohttp.access"} <= loggers, loggers
+    assert any(r["message"].startswith("ingest_listening") for r in records)
