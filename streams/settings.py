@@ -155,7 +155,14 @@ class Settings(BaseSettings):
         return v
 
     @field_validator(
-        "alertmanager_url", "grafana_url", "dashboard_url", "grafana_dashboard_uid", mode="before"
+        "alertmanager_url",
+        "grafana_url",
+        "dashboard_url",
+        "grafana_dashboard_uid",
+        "ingest_basic_auth_username",
+        "alertmanager_username",
+        "grafana_username",
+        mode="before",
     )
     @classmethod
     def _empty_is_off(cls, v: object) -> object:

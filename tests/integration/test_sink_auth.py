@@ -8,71 +8,40 @@ an untrusted certificate an outage it retries; neither puts the secret in a log.
 
 from __future__ import annotations
 
-import base64
 import logging
 import ssl
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
-import bcrypt
 import httpx
 import pytest
 import pytest_asyncio
-import yaml
 from aiohttp import web
 
-from streams.services import Alertmanager, AlertmanagerWeb, free_port
+from streams.services import free_port
 from streams.settings import Settings
 from streams.sinks.alertmanager import AlertmanagerSink
 from streams.sinks.credentials import access_for
 from streams.sinks.grafana import GrafanaSink
-from tests.integration.conftest import start_or_fail
-from tests.integration.harness import TlsFiles, client_context, make_tls_files
+from tests.integration.conftest import SecuredAlertmanager
+from tests.integration.harness import TlsFiles, basic_header, client_context
 from tests.integration.test_alertmanager_sink import active_alerts, alert, unique_alertname
 from tests.integration.test_grafana_sink import T0, FakeGrafana, _change
 
-USER = "peerwatch"
-PASSWORD = "am-password-3f9e"
 TOKEN = "glsa_grafana-token-51c2"
+PASSWORD = "grafana-password-0b7d"
 
 
-def basic_header(user: str, password: str) -> str:
-    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+@pytest.fixture
+def tls(secured_alertmanager: SecuredAlertmanager) -> TlsFiles:
+    return secured_alertmanager.tls
 
 
-@pytest.fixture(scope="module")
-def tls(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
-    return make_tls_files(tmp_path_factory.mktemp("tls"))
-
-
-@pytest.fixture(scope="module")
-def secured_alertmanager(tmp_path_factory: pytest.TempPathFactory, tls: TlsFiles) -> Iterator[str]:
-    """Base URL (https) of an Alertmanager that wants ``USER`` / ``PASSWORD``."""
-    workdir = tmp_path_factory.mktemp("alertmanager-secured")
-    web_config = workdir / "web.yml"
-    hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=4)).decode()
-    web_config.write_text(
-        yaml.safe_dump(
-            {
-                "tls_server_config": {"cert_file": str(tls.cert), "key_file": str(tls.key)},
-                "basic_auth_users": {USER: hashed},
-            }
-        )
-    )
-    probe = {"Authorization": basic_header(USER, PASSWORD)}
-    alertmanager = Alertmanager(workdir, web=AlertmanagerWeb(web_config, tls.ca, probe))
-    start_or_fail(alertmanager)
-    try:
-        yield alertmanager.url
-    finally:
-        alertmanager.stop()
-
-
-def am_settings(url: str, tls: TlsFiles, password: str = PASSWORD, **more: object) -> Settings:
+def am_settings(am: SecuredAlertmanager, password: str | None = None, **more: object) -> Settings:
     values: dict[str, object] = {
-        "alertmanager_url": url,
-        "alertmanager_username": USER,
-        "alertmanager_password": password,
-        "alertmanager_ca_file": tls.ca,
+        "alertmanager_url": am.url,
+        "alertmanager_username": am.user,
+        "alertmanager_password": password or am.password,
+        "alertmanager_ca_file": am.tls.ca,
         **more,
     }
     return Settings(**values)  # type: ignore[arg-type]
@@ -91,46 +60,46 @@ async def deliver_once(settings: Settings, payload: dict) -> tuple[bool, list[st
 
 
 async def test_basic_auth_settings_and_a_ca_file_deliver_to_a_secured_alertmanager(
-    secured_alertmanager: str, tls: TlsFiles
+    secured_alertmanager: SecuredAlertmanager,
 ) -> None:
+    am = secured_alertmanager
     name = unique_alertname()
-    assert await deliver_once(am_settings(secured_alertmanager, tls), alert(name)) == (
-        True,
-        ["sent"],
-    )
-    auth = httpx.BasicAuth(USER, PASSWORD)
-    async with httpx.AsyncClient(verify=client_context(tls.ca), auth=auth) as client:
-        (held,) = await active_alerts(client, secured_alertmanager, name)
+    assert await deliver_once(am_settings(am), alert(name)) == (True, ["sent"])
+    auth = httpx.BasicAuth(am.user, am.password)
+    async with httpx.AsyncClient(verify=client_context(am.tls.ca), auth=auth) as client:
+        (held,) = await active_alerts(client, am.url, name)
     assert held["labels"]["alertname"] == name
 
 
 async def test_credentials_in_the_url_still_reach_a_secured_alertmanager(
-    secured_alertmanager: str, tls: TlsFiles
+    secured_alertmanager: SecuredAlertmanager,
 ) -> None:
-    url = secured_alertmanager.replace("https://", f"https://{USER}:{PASSWORD}@")
-    settings = Settings(alertmanager_url=url, alertmanager_ca_file=tls.ca)
+    am = secured_alertmanager
+    url = am.url.replace("https://", f"https://{am.user}:{am.password}@")
+    settings = Settings(alertmanager_url=url, alertmanager_ca_file=am.tls.ca)
     assert await deliver_once(settings, alert(unique_alertname())) == (True, ["sent"])
 
 
 async def test_a_wrong_password_is_rejected_and_logged_without_it(
-    secured_alertmanager: str, tls: TlsFiles, caplog: pytest.LogCaptureFixture
+    secured_alertmanager: SecuredAlertmanager, caplog: pytest.LogCaptureFixture
 ) -> None:
-    wrong = PASSWORD + "-not"
+    am = secured_alertmanager
+    wrong = am.password + "-not"
     with caplog.at_level(logging.DEBUG):
-        done = await deliver_once(am_settings(secured_alertmanager, tls, wrong), alert("X"))
+        done = await deliver_once(am_settings(am, wrong), alert("X"))
     assert done == (True, ["rejected"])  # a 4xx is dropped: the same request cannot succeed
     assert "alertmanager_rejected status=401" in caplog.text
-    assert wrong not in caplog.text and PASSWORD not in caplog.text
+    assert am.password not in caplog.text
 
 
 async def test_without_the_ca_the_certificate_is_refused_and_retried(
-    secured_alertmanager: str, tls: TlsFiles, caplog: pytest.LogCaptureFixture
+    secured_alertmanager: SecuredAlertmanager, caplog: pytest.LogCaptureFixture
 ) -> None:
-    settings = am_settings(secured_alertmanager, tls, alertmanager_ca_file=None)
+    am = secured_alertmanager
     with caplog.at_level(logging.DEBUG):
-        done = await deliver_once(settings, alert(unique_alertname()))
+        done = await deliver_once(am_settings(am, alertmanager_ca_file=None), alert("Y"))
     assert done == (False, ["unavailable"])
-    assert "CERTIFICATE_VERIFY_FAILED" in caplog.text and PASSWORD not in caplog.text
+    assert "CERTIFICATE_VERIFY_FAILED" in caplog.text and am.password not in caplog.text
 
 
 @pytest_asyncio.fixture

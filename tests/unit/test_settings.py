@@ -307,3 +307,12 @@ def test_redacted_masks_secrets_and_url_passwords() -> None:
     assert dump["alertmanager_url"] == "http://am:**********@127.0.0.1:9093/"
     assert dump["kafka"] == "kafka://u:**********@a:9092;kafka://b:9093"
     assert dump["grafana_token"] == "**********" and dump["ingest_basic_auth_username"] == "prom"
+
+
+def test_an_empty_username_is_unset_so_its_password_alone_is_an_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PEERWATCH_INGEST_BASIC_AUTH_USERNAME", "")
+    monkeypatch.setenv("PEERWATCH_INGEST_BASIC_AUTH_PASSWORD", "pw")
+    with pytest.raises(ValidationError, match="go together"):
+        load_settings()
