@@ -146,15 +146,16 @@ async def test_prometheus_loaded_the_shipped_keep_rule(prometheus: Prometheus) -
 
 
 def secured_writer(deployment: Deployment, name: str, auth: WriterAuth) -> dict[str, Any]:
-    """A generated remote_write entry whose samples land in peer group ``<job>-<name>``: which
-    writer got through shows in the frames' groups."""
+    """A generated remote_write entry whose samples are node ``<name>`` of peer group
+    ``<job>-<name>``: which writer got through shows in the frames' groups."""
     (writer,) = yaml.safe_load(
         remote_write_config(url=f"{deployment.ingest_url}/api/v1/write", auth=auth)
     )["remote_write"]
     writer["name"] = name
-    writer["write_relabel_configs"].append(
-        {"action": "replace", "target_label": "cluster", "replacement": f"{deployment.job}-{name}"}
-    )
+    for label, value in [("cluster", f"{deployment.job}-{name}"), ("instance", f"{name}:9100")]:
+        writer["write_relabel_configs"].append(
+            {"action": "replace", "target_label": label, "replacement": value}
+        )
     return writer
 
 
