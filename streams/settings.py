@@ -84,6 +84,9 @@ class Settings(BaseSettings):
     )
     ingest_max_nodes: int = Field(200_000, ge=1, description="nodes the ingest tracks")
     ingest_max_nodes_per_group: int = Field(5_000, ge=1, description="nodes per peer group")
+    ingest_max_features_per_group: int = Field(
+        2_000, ge=1, description="frame features per peer group (per-GPU ones counted per GPU)"
+    )
     ingest_wal_dir: Path | None = Field(
         None, description="write-ahead log: a body answered 204 survives a kill (unset: off)"
     )

@@ -92,6 +92,7 @@ DROP_REASONS = (
     "series_limit",  # the node already has max_series_per_node series
     "node_limit",  # max_nodes nodes are tracked already
     "group_limit",  # the group it would join has max_nodes_per_group nodes
+    "feature_limit",  # the series would add a feature key past its group's max_features_per_group
 )
 
 
@@ -397,6 +398,7 @@ class FrameBuilder:
         max_series_per_node: int = 20_000,
         max_nodes: int = 200_000,
         max_nodes_per_group: int = 5_000,
+        max_features_per_group: int = 2_000,
     ) -> None:
         if not features:
             raise ValueError("a frame builder needs at least one feature")
@@ -413,13 +415,19 @@ class FrameBuilder:
             )
         if membership_hold_buckets < 0:
             raise ValueError("membership_hold_buckets must be >= 0")
-        if min(max_series_per_node, max_nodes, max_nodes_per_group) <= 0:
-            raise ValueError("max_series_per_node, max_nodes, max_nodes_per_group must be > 0")
+        if min(max_series_per_node, max_nodes, max_nodes_per_group, max_features_per_group) <= 0:
+            raise ValueError(
+                "max_series_per_node, max_nodes, max_nodes_per_group, max_features_per_group "
+                "must be > 0"
+            )
         # Cardinality guards, checked only where a series / node / membership is created:
         # what is tracked keeps flowing, what is new past a limit drops (counted).
         self.max_series_per_node = max_series_per_node
         self.max_nodes = max_nodes
         self.max_nodes_per_group = max_nodes_per_group
+        # a group's frame keys: the catalog's features, per-GPU ones once per ``gpu`` label
+        # value (a label of unbounded values would otherwise widen every peer matrix)
+        self.max_features_per_group = max_features_per_group
         self.features = tuple(features)
         self.node_labels = tuple(node_labels)
         self.group_labels = tuple(group_labels)
@@ -444,6 +452,9 @@ class FrameBuilder:
             if spec.per is not None:
                 self._den_slot[spec.name] = len(self.features) + len(self._den_slot)
         self._slot_count = len(self.features) + len(self._den_slot)
+        # slot -> (feature name, per_gpu): the frame key a series writing the slot adds
+        self._slot_feature = [(spec.name, spec.per_gpu) for spec in self.features]
+        self._slot_feature += [self._slot_feature[self._slot[n]] for n in self._den_slot]
         # (name, slot, denominator slot or -1, reduce, gpu -> frame key if per_gpu else None),
         # in catalog order
         self._reducers: tuple[tuple[str, int, int, str, dict[str, str] | None], ...] = tuple(
@@ -489,6 +500,10 @@ class FrameBuilder:
         self._nodes: dict[str, _Node] = {}
         self._assigned: dict[str, str] = {}  # node -> the scheduler's job (``assign``)
         self._group_nodes: dict[str, int] = {}  # group -> nodes in it (``max_nodes_per_group``)
+        # group -> frame keys its series write (``max_features_per_group``); rebuilt from the
+        # live series at each sweep, so a key frees when its last series expires
+        self._group_features: dict[str, set[str]] = {}
+        self._feature_keys: dict[tuple[_Slots, str | None], frozenset[str]] = {}
         self._scrapes: dict[tuple[str, ...], ScrapeTarget] = {}
         # id(labels) -> _Resolved; holds the dicts so their ids stay unique while memoised
         self._label_memo: dict[int, _Resolved] = {}
@@ -647,10 +662,11 @@ class FrameBuilder:
                     if value != value and is_stale_marker(value):
                         # The series ended: its next sample starts afresh (no rate across the gap).
                         if state is None:
-                            state = self._new_series(node, key, ts, None)
-                            if state is None:
-                                stats.drop("series_limit")
+                            created = self._new_series(node, key, ts, None, seen)
+                            if isinstance(created, str):  # the limit that refused it
+                                stats.drop(created)
                                 continue
+                            state = created
                         else:
                             state[0], state[1] = max(state[0], ts), None
                         if ts > max_ts:
@@ -674,10 +690,11 @@ class FrameBuilder:
                     continue
                 rate: float | None = None
                 if state is None:
-                    state = self._new_series(node, key, ts, value)
-                    if state is None:
-                        stats.drop("series_limit")
+                    created = self._new_series(node, key, ts, value, seen)
+                    if isinstance(created, str):  # the limit that refused it
+                        stats.drop(created)
                         continue
+                    state = created
                 else:
                     previous_value = state[1]
                     if previous_value is not None:
@@ -723,13 +740,38 @@ class FrameBuilder:
                 stats.drop(reason, n)
         return stats
 
-    def _new_series(self, node: _Node, key: SeriesKey, ts: int, value: float | None) -> list | None:
-        """The state of ``node``'s new series ``key`` -- None past ``max_series_per_node``."""
+    def _new_series(
+        self, node: _Node, key: SeriesKey, ts: int, value: float | None, seen: _Resolved
+    ) -> list | str:
+        """The state of ``node``'s new series ``key``, or the limit that refuses it."""
         if node.series >= self.max_series_per_node:
-            return None
+            return "series_limit"
+        keys = self._keys_of(cast(_Slots, seen[4:8]), seen[3])
+        group = cast(str, node.group)
+        have = self._group_features.get(group)
+        if have is None:
+            have = self._group_features[group] = set()
+        if not keys <= have:
+            if len(have | keys) > self.max_features_per_group:
+                return "feature_limit"
+            have |= keys
         node.series += 1
-        state = self._series[key] = [ts, value, node]  # the node: to count it down when forgotten
+        # the node: to count it down when forgotten; the keys: to rebuild _group_features
+        state = self._series[key] = [ts, value, node, keys]
         return state
+
+    def _keys_of(self, slots: _Slots, gpu: str | None) -> frozenset[str]:
+        """The frame keys a series writing ``slots`` with ``gpu`` label adds to its group."""
+        keys = self._feature_keys.get((slots, gpu))
+        if keys is None:
+            if len(self._feature_keys) >= self.label_memo_size:
+                self._feature_keys.clear()
+            named = {self._slot_feature[slot] for part in slots for slot in part}
+            keys = self._feature_keys[(slots, gpu)] = frozenset(
+                (per_gpu_key(name, gpu) if gpu else "") if per_gpu else name
+                for name, per_gpu in named
+            ) - {""}  # a per-GPU series without a gpu label writes no key
+        return keys
 
     def _hold_groupless(self, node: _Node, series: Series, bucket: int, stats: AddStats) -> None:
         """Keep a series of a node in no group until its bucket passes; what an older
@@ -1069,6 +1111,12 @@ class FrameBuilder:
             stale = [k for k, state in self._series.items() if state[0] < cutoff]
             for k in stale:
                 self._series.pop(k)[2].series -= 1
+            features: dict[str, set[str]] = {}
+            for state in self._series.values():
+                group = state[2].group
+                if group is not None:
+                    features.setdefault(group, set()).update(state[3])
+            self._group_features = features
             quiet = [sk for sk, t in self._scrapes.items() if t.last_ts < cutoff]
             for sk in quiet:
                 del self._scrapes[sk]
@@ -1102,4 +1150,5 @@ def frame_builder_for(settings: Settings) -> FrameBuilder:
         max_series_per_node=settings.ingest_max_series_per_node,
         max_nodes=settings.ingest_max_nodes,
         max_nodes_per_group=settings.ingest_max_nodes_per_group,
+        max_features_per_group=settings.ingest_max_features_per_group,
     )

@@ -1,4 +1,5 @@
-"""Cardinality guards: new series / nodes / group members past a limit drop, counted, and
+"""Cardinality guards: new series / nodes / group members / group features past a limit drop,
+counted, and
 existing ones keep flowing; an oversized request is refused whole (issue 9 part 3)."""
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from streams.settings import Settings
 S = 1_000
 T0 = 1_700_000_010_000 // 30_000 * 30_000
 TEMP = FeatureSpec("temp", ("gpu_temp",), "gauge", reduce="max")
+SM = FeatureSpec("sm", ("sm_active",), "gauge", scored=False, per_gpu=True)  # key sm@<gpu>
 
 
 def temp(node: str, ts: int, gpu: str = "0", group: str = "c1") -> Series:
@@ -28,12 +30,17 @@ def temp(node: str, ts: int, gpu: str = "0", group: str = "c1") -> Series:
     return Series(labels, [(ts, 50.0)])
 
 
+def sm(node: str, ts: int, gpu: str, group: str = "c1") -> Series:
+    labels = {"__name__": "sm_active", "instance": f"{node}:9400", "gpu": gpu, "cluster": group}
+    return Series(labels, [(ts, 0.5)])
+
+
 def builder(**limits: int) -> FrameBuilder:
     return FrameBuilder((TEMP,), **limits)  # type: ignore[arg-type]
 
 
 def test_limit_reasons_are_drop_reasons() -> None:
-    assert {"series_limit", "node_limit", "group_limit"} <= set(DROP_REASONS)
+    assert {"series_limit", "node_limit", "group_limit", "feature_limit"} <= set(DROP_REASONS)
 
 
 def test_series_past_the_node_limit_drop_and_existing_ones_keep_flowing() -> None:
@@ -114,12 +121,61 @@ def test_a_scheduler_assignment_into_a_full_group_drops_too() -> None:
     assert b.add([temp("n1", T0, group="")]).dropped == {"group_limit": 1}
 
 
+def test_per_gpu_keys_past_the_group_s_feature_limit_drop_and_known_keys_keep_flowing() -> None:
+    """A gpu label of unbounded values must not widen a group's frames without bound."""
+    b = FrameBuilder((TEMP, SM), max_features_per_group=5)
+    stats = b.add([temp("n1", T0)] + [sm("n1", T0, str(g)) for g in range(6)])
+    assert stats.accepted == 5  # temp, sm@0 .. sm@3
+    assert stats.dropped == {"feature_limit": 2}
+    # another node of the group: its series of known keys are admitted, a new key is not;
+    # another group has room of its own
+    stats = b.add(
+        [sm("n2", T0, str(g)) for g in range(4)] + [sm("n2", T0, "7"), sm("x", T0, "7", "c2")]
+    )
+    assert stats.accepted == 5
+    assert stats.dropped == {"feature_limit": 1}
+    keys = {(f.node, k) for f in b.flush_all() for k in f.values}
+    assert keys == {("n1", "temp"), ("x", "sm@7")} | {
+        (n, f"sm@{g}") for n in ("n1", "n2") for g in range(4)
+    }
+
+
+def test_a_group_s_feature_key_frees_when_its_last_series_expires() -> None:
+    b = FrameBuilder((TEMP, SM), max_features_per_group=2, series_ttl_ms=60 * S)
+    b.add([sm("n1", T0, "0"), sm("n1", T0, "1")])
+    assert b.add([sm("n1", T0, "2")]).dropped == {"feature_limit": 1}
+    # gpu 0 goes on, gpu 1 stops: past the TTL its key is free for gpu 2
+    for minute in range(1, 6):
+        b.add([sm("n1", T0 + minute * 60 * S, "0")])
+        b.close_due_by_watermark()
+    assert b.add([sm("n1", T0 + 6 * 60 * S, "2")]).accepted == 1
+
+
+def test_feature_limit_drops_are_counted_and_logged_like_the_other_guards(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    b = FrameBuilder((TEMP, SM), max_features_per_group=1)
+    stats = b.add([sm("n1", T0, str(g)) for g in range(3)])
+    metrics = IngestMetrics()
+    with caplog.at_level(logging.WARNING, logger="peerwatch.ingest"):
+        metrics.count_samples(stats.accepted, stats.dropped, now_s=1000.0)
+    assert [r.getMessage() for r in caplog.records] == [
+        "ingest_cardinality_limit reason=feature_limit dropped_samples=2 since_s=0"
+    ]
+    value = metrics.registry.get_sample_value
+    assert value("peerwatch_ingest_samples_total", {"outcome": "feature_limit"}) == 2
+
+
 def test_limits_come_from_settings() -> None:
     settings = Settings(
-        ingest_max_series_per_node=7, ingest_max_nodes=8, ingest_max_nodes_per_group=9
+        ingest_max_series_per_node=7,
+        ingest_max_nodes=8,
+        ingest_max_nodes_per_group=9,
+        ingest_max_features_per_group=10,
     )
     b = frame_builder_for(settings)
-    assert (b.max_series_per_node, b.max_nodes, b.max_nodes_per_group) == (7, 8, 9)
+    limits = (b.max_series_per_node, b.max_nodes, b.max_nodes_per_group, b.max_features_per_group)
+    assert limits == (7, 8, 9, 10)
     defaults = Settings()
     assert defaults.ingest_max_series_per_request == 500_000
     assert defaults.ingest_max_series_per_node == 20_000
