@@ -43,6 +43,7 @@ import cramjam
 
 from bench.fuzz_wire import label, varint
 from bench.ingest_bench import simulate
+from bench.procmem import rss_mib
 from streams.ingest.remote_write import encode_write_request
 from streams.ingest.series import Series
 from streams.services import EmbeddedBroker, KafkaKRaft, PeerwatchProcess, free_port
@@ -151,14 +152,6 @@ class Fleet:
             raw = b"".join(heads[i] + sample_tail(t + off, v) for i, off, v in chunk)
             out.append((bytes(cramjam.snappy.compress_raw(raw)), len(chunk)))
         return out
-
-
-def rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
 @dataclass

@@ -21,7 +21,7 @@ import re
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -354,9 +354,13 @@ async def _read_topic(bootstrap: str, topic: str, idle_s: float = 3.0) -> list[d
 
 
 async def run_chaos(
-    plan: ChaosPlan, workdir: Path, kafka_bootstrap: str | None = None
+    plan: ChaosPlan,
+    workdir: Path,
+    kafka_bootstrap: str | None = None,
+    observe: Callable[[Lab], Coroutine[Any, Any, None]] | None = None,
 ) -> ChaosReport:
-    """Stream, break, settle, count. ``kafka_bootstrap``: use that broker (no restart fault)."""
+    """Stream, break, settle, count. ``kafka_bootstrap``: use that broker (no restart fault).
+    ``observe(lab)`` runs from the lab's start to its stop (the soak samples memory and lag)."""
     workdir.mkdir(parents=True, exist_ok=True)
     lab = Lab(plan, workdir, kafka_bootstrap)
     now_ms = int(time.time() * 1000)
@@ -377,6 +381,8 @@ async def run_chaos(
         ):
             background.append(asyncio.create_task(watch.run(client)))
             background.append(asyncio.create_task(_scrape_forever(lab, client)))
+            if observe is not None:
+                background.append(asyncio.create_task(observe(lab)))
             loop = asyncio.get_running_loop()
             started = loop.time()
             faults = [
