@@ -51,9 +51,12 @@ class AlertLinks:
 
     def generator_url(self, change: AlertChange) -> str:
         """The dashboard on the alert's group and node from an hour before it started; the
-        runbook when there is no dashboard. Fixed per alert (no wall clock in it)."""
+        runbook when there is no dashboard and it is an absolute URL, else "" (Alertmanager
+        answers 422 to a generatorURL that is not an absolute URI, such as the default
+        repo path). Fixed per alert (no wall clock in it)."""
         if not self.dashboard_url:
-            return self.runbook_url(change.alertname)
+            runbook = self.runbook_url(change.alertname)
+            return runbook if _is_absolute(runbook) else ""
         params = [("var-group", change.group)]
         if change.node:
             params.append(("var-node", change.node))
@@ -64,6 +67,11 @@ class AlertLinks:
 
 
 DEFAULT_LINKS = AlertLinks()
+
+
+def _is_absolute(url: str) -> bool:
+    parts = urlsplit(url)
+    return bool(parts.scheme and parts.netloc)
 
 
 def _signal_text(signals: Any) -> str:

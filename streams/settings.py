@@ -150,6 +150,14 @@ class Settings(BaseSettings):
         "group and node (var-group, var-node); the runbook if unset",
     )
 
+    @field_validator("dashboard_url")
+    @classmethod
+    def _absolute_url(cls, v: str | None) -> str | None:
+        # it becomes the alerts' generatorURL: Alertmanager refuses alerts whose one is relative
+        if v is not None and not re.match(r"https?://[^/\s]+", v):
+            raise ValueError("must be an absolute http(s) URL")
+        return v
+
     @field_validator("node_labels", "group_labels")
     @classmethod
     def _non_empty(cls, v: list[str]) -> list[str]:

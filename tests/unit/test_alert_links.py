@@ -135,8 +135,22 @@ def test_a_group_alert_links_the_dashboard_without_a_node() -> None:
     assert "var-node" not in query and query["var-group"] == ["job a"]
 
 
-def test_without_a_dashboard_generator_url_is_the_runbook() -> None:
-    assert to_payload(_change())["generator_url"] == "docs/runbooks/PeerwatchXid.md"
+def test_without_a_dashboard_generator_url_is_an_absolute_runbook_url() -> None:
+    links = AlertLinks("https://git.example/peerwatch/docs/runbooks")
+    url = "https://git.example/peerwatch/docs/runbooks/PeerwatchXid.md"
+    assert to_payload(_change(), links)["generator_url"] == url
+
+
+def test_a_relative_runbook_is_no_generator_url() -> None:
+    """Regression: the default repo path as generatorURL made Alertmanager answer 422 to
+    every alert (it must be an absolute URI)."""
+    assert to_payload(_change())["generator_url"] == ""
+
+
+@pytest.mark.parametrize("url", ["grafana/d/peerwatch", "/d/peerwatch", "ftp://x/d"])
+def test_dashboard_url_must_be_absolute_http(url: str) -> None:
+    with pytest.raises(ValueError, match="absolute"):
+        Settings(dashboard_url=url)
 
 
 def test_dashboard_url_setting_empty_is_unset() -> None:
