@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import faust
@@ -42,6 +43,7 @@ log = logging.getLogger("peerwatch.worker")
 
 TICK_EVERY_S = 1.0
 KAFKA_PROBE_EVERY_S = 5.0  # readiness asks Kafka for the frames topic's offsets this often
+LAG_EVERY_S = 10.0  # how often the frames topic's end offsets are asked for (consumer lag)
 
 
 def tick_frame(group: str) -> Frame:
@@ -316,6 +318,16 @@ def create_app(
         for group in pipeline.groups_waiting(time.time()):
             await frames_topic.send(key=group, value=tick_frame(group))
 
+    @app.timer(LAG_EVERY_S)
+    async def measure_lag() -> None:
+        tps = [tp for tp in app.consumer.assignment() if tp.topic == settings.topic_frames]
+        try:
+            ends = await app.consumer.highwaters(*tps) if tps else {}
+        except Exception as exc:  # the broker is away: the gauge keeps its last values
+            log.warning("consumer_lag_unknown error=%r", exc)
+            return
+        metrics.observe_lag(frames_lag(ends, app.monitor.tp_read_offsets))
+
     # undelivered alerts are journaled here, so a restart delivers what was decided before it
     outbox_dir = settings.outbox_dir or settings.datadir / "outbox"
 
@@ -361,6 +373,14 @@ def create_app(
 
     app.peerwatch_pipeline = pipeline  # type: ignore[attr-defined]  # for tests and the demo
     return app
+
+
+def frames_lag(ends: Mapping[Any, int], read: Mapping[Any, int]) -> dict[int, int]:
+    """Messages not read yet per partition: the end offset (the next offset to be written)
+    minus the next one this worker reads. A partition not read from yet has no figure (its
+    position is the committed offset, which Faust does not expose): no series rather than a
+    guess; a worker stuck before its first frame is ``peerwatch_worker_ready`` 0."""
+    return {tp.partition: max(0, end - read[tp] - 1) for tp, end in ends.items() if tp in read}
 
 
 def frame_problem(frame: Frame) -> str | None:

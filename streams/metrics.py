@@ -143,6 +143,7 @@ class WorkerMetrics:
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     # (metric, group) -> the job total last exported, for counters fed from running totals
     _exported: dict[tuple[str, str], float] = field(default_factory=dict, init=False, repr=False)
+    _lag_partitions: set[int] = field(default_factory=set, init=False, repr=False)
 
     def __post_init__(self) -> None:
         r = self.registry
@@ -150,6 +151,12 @@ class WorkerMetrics:
         self.ready = Gauge(
             "peerwatch_worker_ready",
             "1 while /-/ready answers 200 (assigned, state restored, agent running, Kafka up)",
+            registry=r,
+        )
+        self.consumer_lag = Gauge(
+            "peerwatch_worker_consumer_lag",
+            "messages of the frames topic this worker has not read yet, per assigned partition",
+            ["partition"],
             registry=r,
         )
         self.frames = Counter("peerwatch_worker_frames", "frames consumed", registry=r)
@@ -212,6 +219,14 @@ class WorkerMetrics:
         # at zero from the start, so rates and dashboards have a series before the first one
         for stage in ("decode", "score"):
             self.frames_failed.labels(stage=stage)
+
+    def observe_lag(self, lag: Mapping[int, int]) -> None:
+        """The lag of the partitions assigned now; a partition that moved away loses its series."""
+        for partition, n in lag.items():
+            self.consumer_lag.labels(partition=str(partition)).set(n)
+        for labels in list(self._lag_partitions - set(lag)):
+            self.consumer_lag.remove(str(labels))
+        self._lag_partitions = set(lag)
 
     def forget_group(self, group: str) -> None:
         """The group ended: its series go (a gauge would go on showing its last bucket)."""

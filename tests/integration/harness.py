@@ -93,15 +93,16 @@ class Deployment:
             "peerwatch_worker_ready 1.0",
         )
 
-    async def buckets_scored(self) -> int:
-        """Group buckets the worker has scored (from its /metrics)."""
+    async def worker_samples(self, name: str) -> list[float]:
+        """The values of every labelled series of ``name`` on the worker's /metrics."""
         async with httpx.AsyncClient() as client:
             page = (await client.get(f"http://127.0.0.1:{self.metrics_port}/metrics")).text
-        total = 0.0
-        for line in page.splitlines():
-            if line.startswith("peerwatch_worker_buckets_scored_total{"):
-                total += float(line.rsplit(" ", 1)[1])
-        return int(total)
+        prefix = name + "{"
+        return [float(ln.rsplit(" ", 1)[1]) for ln in page.splitlines() if ln.startswith(prefix)]
+
+    async def buckets_scored(self) -> int:
+        """Group buckets the worker has scored (from its /metrics)."""
+        return int(sum(await self.worker_samples("peerwatch_worker_buckets_scored_total")))
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,13 @@ async def test_only_the_faulty_node_alerts_at_or_before_its_xid(
             return await deployment.buckets_scored() >= stats.rounds
 
         await wait_for(every_bucket_scored, 60, "the worker to score the last bucket")
+
+        async def lag_measured() -> list[float]:
+            return await deployment.worker_samples("peerwatch_worker_consumer_lag")
+
+        # every frame was read: the lag of the partitions it read is (nearly) nothing
+        lag = await wait_for(lag_measured, 30, "the worker's consumer lag")
+        assert sum(lag) <= 2, lag
         await asyncio.sleep(2)  # the sink posts asynchronously
         alerts = await alerts_in_alertmanager(alertmanager_url, deployment.job)
         topic_records = await read_topic(kafka_bootstrap, deployment.alerts_topic)
@@ -76,6 +83,7 @@ async def test_only_the_faulty_node_alerts_at_or_before_its_xid(
     assert collapse and collapse[0]["labels"]["severity"] == "critical"
     assert epoch_ms(collapse[0]["startsAt"]) <= xid_bucket
     assert "intr_rate" in collapse[0]["annotations"]["signals"]
+    assert collapse[0]["annotations"]["runbook_url"] == "docs/runbooks/PeerwatchNodeCollapse.md"
 
     # The live path decided what the in-process pipeline decides for the same samples.
     offline = run_offline(generate(config, end_ms=end_ms), Settings(group_labels=["train_job"]))
