@@ -46,12 +46,38 @@ def test_the_config_passes_amtool() -> None:
         (["alertname=PeerwatchNodeCollapse", "severity=critical"], "oncall"),
         (["alertname=PeerwatchGroupDegraded", "severity=warning"], "default"),
         (["alertname=PeerwatchNodeDeviation", "severity=warning"], "default"),
+        # the action label: a node to take out of service also goes to the drain hook
+        (["alertname=PeerwatchXid", "severity=critical", "action=CONTACT_SUPPORT"],
+         "node-remediation,oncall"),
+        (["alertname=PeerwatchXid", "severity=critical", "action=RESTART_APP"], "oncall"),
+        (["alertname=PeerwatchRowRemap", "severity=warning", "action=CONTACT_SUPPORT"],
+         "node-remediation"),
+        (["alertname=PeerwatchFailSlow", "severity=warning", "action=S2_REBALANCE"], "default"),
+        (["alertname=PeerwatchFailSlow", "severity=warning", "action=S4_RESTART_WITHOUT_NODE"],
+         "node-remediation"),
     ],
-)
+)  # fmt: skip
 def test_routes(labels: list[str], receiver: str) -> None:
     out = _amtool(
         "config", "routes", "test", f"--config.file={CONFIG}", "source=peerwatch", *labels
     )
+    assert out.strip() == receiver
+
+
+@pytest.mark.parametrize(
+    ("alertname", "severity", "receiver"),
+    [
+        ("PeerwatchWorkerNotReady", "critical", "oncall"),
+        ("PeerwatchAlertDeliveryFailing", "critical", "oncall"),
+        ("PeerwatchConsumerLag", "warning", "default"),
+    ],
+)
+def test_peerwatch_health_routes(alertname: str, severity: str, receiver: str) -> None:
+    """The PrometheusRule's alerts (source=peerwatch-health): page when peerwatch cannot."""
+    out = _amtool(
+        "config", "routes", "test", f"--config.file={CONFIG}", "source=peerwatch-health",
+        f"alertname={alertname}", f"severity={severity}",
+    )  # fmt: skip
     assert out.strip() == receiver
 
 

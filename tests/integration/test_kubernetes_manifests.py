@@ -1,0 +1,287 @@
+"""deploy/kubernetes: the overlay builds with the real kustomize, every object passes the
+Kubernetes schema (kubernetes-validate, strict) or the Prometheus Operator's models
+(ServiceMonitor, PodMonitor, PrometheusRule), the rules pass the real promtool and use
+metric names peerwatch exports, and the objects fit together (selectors, ports, probes)."""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from cloudcoil.models.prometheus_operator import v1 as operator
+
+from streams.metrics import IngestMetrics, WorkerMetrics
+from streams.settings import Settings, load_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+KUBE = ROOT / "deploy" / "kubernetes"
+OVERLAY = KUBE / "overlays" / "production"
+RUNBOOKS = ROOT / "docs" / "runbooks"
+K8S_VERSION = "1.32"  # the oldest Kubernetes the manifests are checked against
+CRDS = {
+    "ServiceMonitor": operator.ServiceMonitor,
+    "PodMonitor": operator.PodMonitor,
+    "PrometheusRule": operator.PrometheusRule,
+}
+
+
+def kustomize() -> str:
+    """The kustomize .ci/run builds (`go install sigs.k8s.io/kustomize/kustomize/v5`)."""
+    local = ROOT / ".cache" / "go" / "bin" / "kustomize"
+    found = str(local) if os.access(local, os.X_OK) else shutil.which("kustomize")
+    if found is None:
+        pytest.fail("kustomize not found: .ci/run installs it into .cache/go/bin")
+    return found
+
+
+def build(path: Path) -> list[dict[str, Any]]:
+    done = subprocess.run(
+        [kustomize(), "build", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+@pytest.fixture(scope="module")
+def objects() -> list[dict[str, Any]]:
+    return build(OVERLAY)
+
+
+def one(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    (found,) = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    return found
+
+
+def test_the_overlay_builds_into_the_expected_objects(objects: list[dict[str, Any]]) -> None:
+    kinds = sorted(f"{o['kind']}/{o['metadata']['name']}" for o in objects)
+    assert kinds == [
+        "ConfigMap/peerwatch-config",
+        "Deployment/peerwatch-ingest",
+        "Namespace/peerwatch",
+        "NetworkPolicy/peerwatch-ingest",
+        "NetworkPolicy/peerwatch-worker",
+        "PodDisruptionBudget/peerwatch-ingest",
+        "PodDisruptionBudget/peerwatch-worker",
+        "PodMonitor/peerwatch-worker",
+        "PrometheusRule/peerwatch",
+        "Secret/peerwatch-credentials",
+        "Service/peerwatch-ingest",
+        "Service/peerwatch-worker",
+        "ServiceAccount/peerwatch",
+        "ServiceMonitor/peerwatch-ingest",
+        "StatefulSet/peerwatch-worker",
+    ]
+    namespaced = [o for o in objects if o["kind"] != "Namespace"]
+    assert {o["metadata"].get("namespace") for o in namespaced} == {"peerwatch"}
+
+
+def test_the_base_builds_on_its_own() -> None:
+    assert len(build(KUBE / "base")) == 14
+
+
+def test_the_overlay_sets_image_replicas_and_volume(objects: list[dict[str, Any]]) -> None:
+    worker = one(objects, "StatefulSet", "peerwatch-worker")
+    assert worker["spec"]["replicas"] == 3
+    (claim,) = worker["spec"]["volumeClaimTemplates"]
+    assert claim["spec"]["resources"]["requests"]["storage"] == "50Gi"
+    for kind, name in (("Deployment", "peerwatch-ingest"), ("StatefulSet", "peerwatch-worker")):
+        (container,) = one(objects, kind, name)["spec"]["template"]["spec"]["containers"]
+        assert container["image"] == "registry.example.com/peerwatch:0.1.0"
+
+
+@pytest.mark.parametrize("index", range(15))
+def test_every_object_passes_its_schema(objects: list[dict[str, Any]], index: int) -> None:
+    """Core kinds: the Kubernetes OpenAPI schema, strict (unknown fields fail). CRDs: the
+    operator's models, and what they read back equals the input (nothing was ignored)."""
+    obj = objects[index]
+    model = CRDS.get(obj["kind"])
+    if model is None:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    else:
+        parsed = model.model_validate(obj)
+        assert parsed.model_dump(by_alias=True, exclude_unset=True, mode="json") == obj
+
+
+def test_the_validators_reject_a_misspelled_field(objects: list[dict[str, Any]]) -> None:
+    """The schema checks can fail: a typo in a Deployment and in a PodMonitor is caught."""
+    deployment = copy.deepcopy(one(objects, "Deployment", "peerwatch-ingest"))
+    deployment["spec"]["template"]["spec"]["containers"][0]["livenesProbe"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, K8S_VERSION, strict=True)
+    monitor = copy.deepcopy(one(objects, "PodMonitor", "peerwatch-worker"))
+    monitor["spec"]["podMetricsEndpoints"][0]["intervall"] = "30s"
+    parsed = operator.PodMonitor.model_validate(monitor)
+    assert parsed.model_dump(by_alias=True, exclude_unset=True, mode="json") != monitor
+
+
+def _pods(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {
+        o["metadata"]["name"]: o["spec"]["template"]
+        for o in objects
+        if o["kind"] in ("Deployment", "StatefulSet")
+    }
+
+
+def _selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def test_selectors_pick_the_right_pods(objects: list[dict[str, Any]]) -> None:
+    """Services, PDBs, monitors and network policies each select exactly one workload."""
+    pods = _pods(objects)
+    for obj in objects:
+        spec = obj.get("spec", {})
+        kind = obj["kind"]
+        if kind == "Service":
+            selector = spec["selector"]
+        elif kind in ("PodDisruptionBudget", "PodMonitor"):
+            selector = spec["selector"]["matchLabels"]
+        elif kind == "NetworkPolicy":
+            selector = spec["podSelector"]["matchLabels"]
+        elif kind == "ServiceMonitor":  # it selects the Service, which selects the pods
+            service = [
+                o for o in objects
+                if o["kind"] == "Service"
+                and _selects(spec["selector"]["matchLabels"], o["metadata"]["labels"])
+            ]  # fmt: skip
+            assert [s["metadata"]["name"] for s in service] == ["peerwatch-ingest"]
+            continue
+        else:
+            continue
+        chosen = [n for n, t in pods.items() if _selects(selector, t["metadata"]["labels"])]
+        assert chosen == [obj["metadata"]["name"]], (kind, obj["metadata"]["name"], chosen)
+
+
+@pytest.mark.parametrize("name", ["peerwatch-ingest", "peerwatch-worker"])
+def test_probes_resources_and_hardening(objects: list[dict[str, Any]], name: str) -> None:
+    spec = _pods(objects)[name]["spec"]
+    (container,) = spec["containers"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"http": 9201 if name == "peerwatch-ingest" else 6066}
+    probes = {k: container[k]["httpGet"] for k in ("livenessProbe", "readinessProbe")}
+    assert probes["livenessProbe"] == {"path": "/-/healthy", "port": "http"}
+    assert probes["readinessProbe"] == {"path": "/-/ready", "port": "http"}
+    assert container["resources"]["requests"].keys() == {"cpu", "memory"}
+    assert "memory" in container["resources"]["limits"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["automountServiceAccountToken"] is False
+    mounts = {m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"] for v in spec["volumes"]}
+    if name == "peerwatch-worker":
+        volumes |= {"state"}  # the StatefulSet's claim
+    assert mounts <= volumes
+
+
+def test_the_worker_keeps_its_state_on_its_claim(objects: list[dict[str, Any]]) -> None:
+    worker = one(objects, "StatefulSet", "peerwatch-worker")
+    (container,) = worker["spec"]["template"]["spec"]["containers"]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    settings = _config(objects)
+    assert mounts["state"] == str(settings.datadir)
+    assert worker["spec"]["serviceName"] == "peerwatch-worker"
+
+
+def _config(objects: list[dict[str, Any]], tmp: Path | None = None) -> Settings:
+    text = one(objects, "ConfigMap", "peerwatch-config")["data"]["config.yaml"]
+    path = Path(os.environ.get("TMPDIR", "/tmp")) / f"peerwatch-k8s-config-{os.getpid()}.yaml"
+    path.write_text(text)
+    try:
+        return load_settings(path)
+    finally:
+        path.unlink()
+
+
+def test_the_config_map_is_a_valid_settings_file(objects: list[dict[str, Any]]) -> None:
+    """extra="forbid": a misspelled or vanished setting name fails here."""
+    settings = _config(objects)
+    assert settings.ingest_host == "0.0.0.0"
+    assert settings.runbook_base_url.endswith("/docs/runbooks")
+
+
+def test_every_environment_variable_is_a_setting(objects: list[dict[str, Any]]) -> None:
+    """PEERWATCH_* variables of unknown names would be ignored silently; secrets come as
+    *_file settings pointing into the mounted Secret, whose keys exist."""
+    secret = one(objects, "Secret", "peerwatch-credentials")
+    for template in _pods(objects).values():
+        (container,) = template["spec"]["containers"]
+        for env in container["env"]:
+            name = env["name"].removeprefix("PEERWATCH_").lower()
+            assert name in Settings.model_fields or name == "config", env["name"]
+            if name.endswith("_file"):
+                key = env["value"].removeprefix("/etc/peerwatch/secrets/")
+                assert key in secret["stringData"], env
+
+
+def _rules(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    spec = one(objects, "PrometheusRule", "peerwatch")["spec"]
+    return [r for g in spec["groups"] for r in g["rules"]]
+
+
+def test_the_rules_pass_promtool(objects: list[dict[str, Any]], tmp_path: Path) -> None:
+    path = tmp_path / "rules.yml"
+    path.write_text(yaml.safe_dump(one(objects, "PrometheusRule", "peerwatch")["spec"]))
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool (Debian prometheus) is not installed")
+    done = subprocess.run(
+        [promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS: 4 rules found" in done.stdout
+
+
+def _exported_names() -> set[str]:
+    """Every sample name peerwatch's two registries can expose (counters end in _total)."""
+    names = set()
+    for registry in (IngestMetrics().registry, WorkerMetrics().registry):
+        for metric in registry.collect():
+            suffixes = {
+                "counter": ("_total",),
+                "histogram": ("_bucket", "_sum", "_count"),
+            }.get(metric.type, ("",))
+            names.update(metric.name + s for s in suffixes)
+    return names
+
+
+def test_the_rules_use_metric_names_peerwatch_exports(objects: list[dict[str, Any]]) -> None:
+    exported = _exported_names()
+    for rule in _rules(objects):
+        used = set(re.findall(r"\b(peerwatch_[a-z_]+)\b", rule["expr"]))
+        assert used, rule["alert"]
+        assert sorted(used - exported) == [], rule["alert"]
+
+
+def test_the_rules_cover_peerwatchs_own_health(objects: list[dict[str, Any]]) -> None:
+    by_name = {r["alert"]: r["expr"] for r in _rules(objects)}
+    assert "peerwatch_ingest_requests_total" in by_name["PeerwatchIngestErrors"]
+    assert "peerwatch_worker_consumer_lag" in by_name["PeerwatchConsumerLag"]
+    assert "peerwatch_worker_ready" in by_name["PeerwatchWorkerNotReady"]
+    assert "peerwatch_worker_alert_deliveries_total" in by_name["PeerwatchAlertDeliveryFailing"]
+
+
+def test_every_rule_links_its_runbook(objects: list[dict[str, Any]]) -> None:
+    for rule in _rules(objects):
+        url = rule["annotations"]["runbook_url"]
+        assert url.endswith(f"/docs/runbooks/{rule['alert']}.md"), url
+        text = (RUNBOOKS / f"{rule['alert']}.md").read_text()
+        assert all(s in text for s in ("## What it means", "## What to check", "## What to do"))
+        assert rule["labels"]["severity"] in ("critical", "warning")
+
+
+def test_the_manifests_pass_yamllint() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "yamllint", "--strict", "-c", str(ROOT / ".yamllint.yaml"),
+         str(KUBE), str(ROOT / "deploy" / "compose"), str(ROOT / "deploy" / "alertmanager")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
