@@ -201,11 +201,32 @@ def _config(objects: list[dict[str, Any]], tmp: Path | None = None) -> Settings:
         path.unlink()
 
 
-def test_the_config_map_is_a_valid_settings_file(objects: list[dict[str, Any]]) -> None:
-    """extra="forbid": a misspelled or vanished setting name fails here."""
-    settings = _config(objects)
-    assert settings.ingest_host == "0.0.0.0"
+@pytest.mark.parametrize("name", ["peerwatch-ingest", "peerwatch-worker"])
+def test_each_process_loads_its_settings_as_mounted(
+    objects: list[dict[str, Any]], name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ConfigMap and the Secret's files, with the container's environment, load as
+    settings (extra="forbid": a misspelled setting fails; pairs like username + password
+    must both be there), the secrets read from their files."""
+    config = tmp_path / "config.yaml"
+    config.write_text(one(objects, "ConfigMap", "peerwatch-config")["data"]["config.yaml"])
+    for key, value in one(objects, "Secret", "peerwatch-credentials")["stringData"].items():
+        (tmp_path / key).write_text(value)
+    for var in [v for v in os.environ if v.startswith("PEERWATCH_")]:
+        monkeypatch.delenv(var)
+    (container,) = _pods(objects)[name]["spec"]["containers"]
+    for env in container["env"]:
+        value = env["value"].replace("/etc/peerwatch/secrets", str(tmp_path))
+        monkeypatch.setenv(env["name"], str(config) if env["name"] == "PEERWATCH_CONFIG" else value)
+    settings = load_settings()
+    assert settings.ingest_host == settings.worker_web_host == "0.0.0.0"
     assert settings.runbook_base_url.endswith("/docs/runbooks")
+    secret = (
+        settings.ingest_bearer_token
+        if name == "peerwatch-ingest"
+        else settings.alertmanager_password
+    )
+    assert secret is not None and secret.get_secret_value().startswith("REPLACE")
 
 
 def test_every_environment_variable_is_a_setting(objects: list[dict[str, Any]]) -> None:
