@@ -5,8 +5,6 @@ passes the real promtool and writes to the ingest service."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +12,7 @@ import pytest
 import yaml
 
 from streams.settings import Settings
+from tests.integration.test_deploy_config import _run as run_tool
 
 COMPOSE = Path(__file__).resolve().parents[2] / "deploy" / "compose"
 
@@ -72,13 +71,7 @@ def test_prometheus_config_passes_promtool_and_writes_to_the_ingest(
     services: dict[str, dict[str, Any]],
 ) -> None:
     path = COMPOSE / "prometheus.yml"
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.fail("promtool (Debian prometheus) is not installed")
-    done = subprocess.run(
-        [promtool, "check", "config", str(path)], capture_output=True, text=True, timeout=30
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS" in run_tool("promtool", "prometheus", "check", "config", str(path))
     config = yaml.safe_load(path.read_text())
     (writer,) = config["remote_write"]
     assert writer["url"] == "http://peerwatch-ingest:9201/api/v1/write"

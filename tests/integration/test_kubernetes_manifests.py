@@ -21,6 +21,7 @@ from cloudcoil.models.prometheus_operator import v1 as operator
 
 from streams.metrics import IngestMetrics, WorkerMetrics
 from streams.settings import Settings, load_settings
+from tests.integration.test_deploy_config import _run as run_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBE = ROOT / "deploy" / "kubernetes"
@@ -251,14 +252,9 @@ def _rules(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def test_the_rules_pass_promtool(objects: list[dict[str, Any]], tmp_path: Path) -> None:
     path = tmp_path / "rules.yml"
     path.write_text(yaml.safe_dump(one(objects, "PrometheusRule", "peerwatch")["spec"]))
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.fail("promtool (Debian prometheus) is not installed")
-    done = subprocess.run(
-        [promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=30
+    assert "SUCCESS: 4 rules found" in run_tool(
+        "promtool", "prometheus", "check", "rules", str(path)
     )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 4 rules found" in done.stdout
 
 
 def _exported_names() -> set[str]:
