@@ -31,7 +31,9 @@ def log_formatter(log_format: LogFormat) -> logging.Formatter:
     return logging.Formatter(TEXT_FORMAT)
 
 
-def configure_logging(level: str, log_format: LogFormat = "text", stream: IO[str] | None = None):
+def configure_logging(
+    level: str, log_format: LogFormat = "text", stream: IO[str] | None = None
+) -> None:
     """Replace the root logger's handlers with one stderr handler in ``log_format``."""
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(log_formatter(log_format))

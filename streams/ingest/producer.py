@@ -33,6 +33,9 @@ from streams.records import Frame
 
 log = logging.getLogger("peerwatch.ingest")
 
+IDLE_PROBE_S = 2.0  # with nothing to send, ask Kafka for metadata this often (readiness)
+PROBE_TIMEOUT_S = 5.0
+
 # Sending such a frame again cannot help: it is (or its batch was) over a size limit.
 _TOO_LARGE = (MessageSizeTooLargeError, RecordListTooLargeError, RecordTooLargeError)
 
@@ -212,7 +215,11 @@ class FrameProducer:
             while True:
                 if not self._queue:
                     self._wake.clear()
-                    await self._wake.wait()
+                    try:
+                        await asyncio.wait_for(self._wake.wait(), IDLE_PROBE_S)
+                    except TimeoutError:
+                        await self._probe(producer)
+                        continue
                 batch = [self._queue[i] for i in range(min(self._batch, len(self._queue)))]
                 retry, error = await self._send_batch(producer, batch)
                 for _ in batch:
@@ -230,6 +237,20 @@ class FrameProducer:
                 backoff = 0.2
         finally:
             await producer.stop()
+
+    async def _probe(self, producer: AIOKafkaProducer) -> None:
+        """Kafka's answer to a metadata request decides ``connected`` while nothing is sent:
+        an idle ingest must not report ready for a broker that went away (nor stay down)."""
+        try:
+            await asyncio.wait_for(producer.client.fetch_all_metadata(), PROBE_TIMEOUT_S)
+        except (KafkaError, TimeoutError) as exc:
+            if self._connected:
+                log.warning("kafka_unreachable bootstrap=%s error=%r", self._bootstrap, exc)
+            self._connected = False
+        else:
+            if not self._connected:
+                log.info("kafka_reachable bootstrap=%s", self._bootstrap)
+            self._connected = True
 
     async def drain(self, timeout_s: float) -> bool:
         """Wait until the queue is empty (shutdown). True if it emptied in time."""

@@ -75,23 +75,6 @@ def test_ingest_serves_healthy_and_times_requests_by_route_and_code(
     assert "process_resident_memory_bytes" in page
 
 
-def test_ingest_ready_follows_kafka_down_then_up(tmp_path: Path) -> None:
-    """Started before its broker: live, not ready; ready once the broker is up."""
-    kafka = KafkaKRaft(tmp_path / "kafka", port=free_port())
-    deployment = Deployment.new(kafka.bootstrap, "", tmp_path)
-    base = f"http://127.0.0.1:{deployment.ingest_port}"
-    ingest = PeerwatchProcess(
-        ["ingest"], deployment.env, tmp_path / "ingest.log", f"{base}/-/healthy"
-    )
-    with ingest:
-        time.sleep(1.0)  # the producer has tried and failed by now
-        assert get(f"{base}/-/ready") == (503, "kafka unreachable")
-        assert get(f"{base}/-/healthy") == (200, "ok\n")
-        with kafka:
-            answers = poll_until(f"{base}/-/ready", 200, timeout_s=60)
-        assert answers[-1][0] == 200
-
-
 def json_log(path: Path) -> list[dict]:
     """Every line of a process's output as JSON (fails on a line that is not)."""
     lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
@@ -122,3 +105,29 @@ def test_json_logs_cover_the_ingest_and_its_http_lines(kafka_bootstrap: str, tmp
     loggers = {r["logger"] for r in records}
     assert {"peerwatch.ingest", "aiohttp.access"} <= loggers, loggers
     assert any(r["message"].startswith("ingest_listening") for r in records)
+
+
+def test_ingest_and_worker_ready_follow_kafka_down_and_up(tmp_path: Path) -> None:
+    """A broker of the test's own: absent when the ingest starts, then up, stopped under
+    both processes and started again; both stay live throughout."""
+    kafka = KafkaKRaft(tmp_path / "kafka", port=free_port())
+    deployment = Deployment.new(kafka.bootstrap, "", tmp_path)
+    ingest = f"http://127.0.0.1:{deployment.ingest_port}"
+    worker = f"http://127.0.0.1:{deployment.metrics_port}"
+    with PeerwatchProcess(
+        ["ingest"], deployment.env, tmp_path / "ingest.log", f"{ingest}/-/healthy"
+    ):
+        time.sleep(1.0)  # the producer has tried and failed by now
+        assert get(f"{ingest}/-/ready") == (503, "kafka unreachable")
+        with kafka:
+            poll_until(f"{ingest}/-/ready", 200, timeout_s=60)
+            with deployment.worker():  # started once ready
+                kafka.stop()
+                down = poll_until(f"{worker}/-/ready", 503, timeout_s=60)
+                assert "kafka unreachable" in down[-1][1], down[-1]
+                poll_until(f"{ingest}/-/ready", 503, timeout_s=30)
+                for url in (ingest, worker):
+                    assert get(f"{url}/-/healthy") == (200, "ok\n")
+                kafka.start()
+                poll_until(f"{worker}/-/ready", 200, timeout_s=90)
+                poll_until(f"{ingest}/-/ready", 200, timeout_s=30)
