@@ -182,6 +182,8 @@ async def deliver_forever(
     wake); ``before_send`` may queue more first (re-sends). Backoff with full jitter on RETRY."""
     rng = rng or random.Random()
     backoff = backoff_min_s
+    if len(outbox):
+        wake.set()  # what a restarted worker's journal holds goes out now, not on the next tick
     while True:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(wake.wait(), timeout=timeout_s())

@@ -8,6 +8,8 @@ Alertmanager.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from pathlib import Path
 
 import httpx
@@ -15,7 +17,7 @@ import pytest
 
 from streams.services import free_port
 from streams.sinks.alertmanager import AlertmanagerSink
-from streams.sinks.outbox import open_outbox
+from streams.sinks.outbox import alert_key, open_outbox
 from tests.integration.test_alertmanager_sink import (
     active_alerts,
     alert,
@@ -46,3 +48,26 @@ async def test_an_undelivered_alert_is_delivered_after_a_restart(
         assert await after.flush()
         (got,) = await wait_for(lambda: active_alerts(client, alertmanager_url, name))
     assert got["labels"]["alertname"] == name and got["labels"]["node"] == "gpu-01"
+
+
+async def test_a_restarted_sink_delivers_its_journal_at_once_not_on_the_next_resend(
+    alertmanager_url: str, tmp_path: Path
+) -> None:
+    """``run()`` sends what the journal holds when it starts; before, it waited for the first
+    resend tick (``resend_s``, 60 s by default) to deliver alerts decided before the crash."""
+    name = unique_alertname()
+    journal = open_outbox(tmp_path / "outbox", "alertmanager")
+    journal.put(alert_key(alert(name)["labels"]), alert(name))
+    journal.close()
+    async with httpx.AsyncClient() as client:
+        sink = AlertmanagerSink(
+            alertmanager_url, client, outbox=open_outbox(tmp_path / "outbox", "alertmanager")
+        )
+        delivering = asyncio.create_task(sink.run())
+        try:
+            (got,) = await wait_for(lambda: active_alerts(client, alertmanager_url, name))
+        finally:
+            delivering.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await delivering
+    assert got["labels"]["alertname"] == name
