@@ -18,6 +18,7 @@ import uuid
 from pathlib import Path
 
 import httpx
+import pytest
 
 from streams.services import PeerwatchProcess, free_port, repo_root
 from streams.settings import Settings, secret_setting_names
@@ -107,11 +108,13 @@ def test_xid_log_without_kafka_fails_without_a_secret() -> None:
     assert_clean(output)
 
 
+@pytest.mark.parametrize("log_format", ["text", "json"])
 async def test_ingest_refusing_and_taking_writes_without_kafka_shows_no_secret(
-    tmp_path: Path,
+    tmp_path: Path, log_format: str
 ) -> None:
     deployment = Deployment.new(f"127.0.0.1:{free_port()}", "", tmp_path)
     deployment.env.update(marked())
+    deployment.env["PEERWATCH_LOG_FORMAT"] = log_format
     deployment.serve_tls(make_tls_files(tmp_path / "tls"))
     ingest = PeerwatchProcess(
         ["ingest"],
@@ -145,7 +148,7 @@ async def test_ingest_refusing_and_taking_writes_without_kafka_shows_no_secret(
                 answers.append((await client.get(path)).text)
     log = (tmp_path / "ingest.log").read_text()
     assert statuses == [401, 401, 401, 503, 503]
-    assert "ingest_auth_failed reason=missing" in log and "kafka" in log.lower()
+    assert "ingest_auth_failed reason=missing" in log and "kafka_unavailable" in log
     assert 'peerwatch_ingest_auth_failures_total{reason="wrong"} 2.0' in answers[-2]
     assert_clean(log, *answers)
 
@@ -179,8 +182,6 @@ async def test_worker_delivering_to_sinks_that_refuse_or_are_away_shows_no_secre
     deployment.env.update(marked())
     deployment.env["PEERWATCH_ALERTMANAGER_CA_FILE"] = str(am.tls.ca)
     deployment.env["PEERWATCH_GRAFANA_URL"] = f"http://127.0.0.1:{free_port()}"
-    # a restored Alertmanager outbox goes out on the first resend tick
-    deployment.env["PEERWATCH_ALERT_RESEND_S"] = "1"
     outboxes = tmp_path / "worker" / "outbox"
     payload = alert(f"PeerwatchSecrets{uuid.uuid4().hex[:8]}")
     change = _change("firing", T0)
