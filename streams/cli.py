@@ -455,12 +455,19 @@ def alerts(
 @click.option("--kafka", help="Kafka URL (env PEERWATCH_KAFKA).")
 @click.option("--node", required=True, help="This node's name (as peerwatch names it).")
 @click.option("--group", required=True, help="The peer group (job) the node belongs to.")
+@click.option(
+    "--wal-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Keep each line on disk until Kafka has it (env PEERWATCH_XID_LOG_WAL_DIR).",
+)
 @click.pass_context
-def xid_log(ctx: click.Context, kafka: str | None, node: str, group: str) -> None:
+def xid_log(
+    ctx: click.Context, kafka: str | None, node: str, group: str, wal_dir: Path | None
+) -> None:
     """Ship NVRM Xid kernel log lines from stdin to the xid topic."""
     from streams.sources.xid_log import run_xid_log
 
-    sent = run_xid_log(_settings(ctx, kafka=kafka), node, group)
+    sent = run_xid_log(_settings(ctx, kafka=kafka, xid_log_wal_dir=wal_dir), node, group)
     click.echo(f"sent {sent} XID lines", err=True)
 
 

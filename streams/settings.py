@@ -26,6 +26,9 @@ class Settings(BaseSettings):
     topic_frames: str = "peerwatch.frames"
     topic_alerts: str = "peerwatch.alerts"
     topic_xid: str = "peerwatch.xid"
+    xid_log_wal_dir: Path | None = Field(
+        None, description="xid-log: a line is on disk until Kafka acknowledged it (unset: off)"
+    )
     topic_partitions: int = Field(4, ge=1)
     topic_replication: int = Field(1, ge=1, description="replication of topics peerwatch creates")
     app_id: str = "peerwatch"

@@ -7,7 +7,11 @@ driver's "GPU … has fallen off the bus" line (XID 79) — the rest of the kern
 log stays on the node. Lines name the GPU by PCI bus id; the worker puts them
 on dcgm-exporter's GPU index (``streams.node_health``), so the same XID seen
 in the log and in DCGM is one alert. Each line is sent and acknowledged before the next is
-read, and a broker outage is retried, so a line read is a line delivered.
+read, and a broker outage is retried, so a line read is a line delivered -- while the
+shipper lives. With ``xid_log_wal_dir`` (``--wal-dir``) each line is on disk (the ingest's
+``WriteAheadLog``: fsynced) before it is sent and dropped once Kafka acknowledged it; a
+shipper killed during an outage, or a node rebooted after its GPU fell off the bus,
+sends it at its next start. A line sent just before a kill may go twice (at least once).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from detectors.xid import parse_kernel_line
+from streams.ingest.wal import WriteAheadLog
 from streams.records import XidLine
 from streams.settings import Settings
 
@@ -30,29 +35,54 @@ log = logging.getLogger("peerwatch.xid_log")
 
 
 async def ship_xid_lines(lines: Iterable[str], settings: Settings, node: str, group: str) -> int:
-    """Send every XID line of ``lines``; returns how many were sent."""
+    """Send every XID line of ``lines`` (first those a killed run left in its write-ahead
+    log); returns how many were sent."""
+    wal = WriteAheadLog(settings.xid_log_wal_dir) if settings.xid_log_wal_dir else None
     producer = AIOKafkaProducer(bootstrap_servers=settings.broker_host_port, acks="all")
     await producer.start()
     sent = 0
     try:
+        if wal is not None:
+            for _, payload in wal.replay():
+                await _send(producer, settings.topic_xid, payload, group)
+                sent += 1
+            _delivered(wal)
+            if sent:
+                log.info("xid_lines_replayed lines=%d", sent)
         for line in lines:
             event = parse_kernel_line(line)
             if event is None:
                 continue
             record = XidLine(group=group, node=node, ts=int(time.time() * 1000), line=line.rstrip())
             payload = record.dumps(serializer="json")
-            while True:
-                try:
-                    await producer.send_and_wait(settings.topic_xid, payload, key=group.encode())
-                    break
-                except KafkaError as exc:
-                    log.warning("kafka_unavailable error=%r; retrying", exc)
-                    await asyncio.sleep(1.0)
+            if wal is not None:
+                wal.append(payload, None)
+            await _send(producer, settings.topic_xid, payload, group)
+            if wal is not None:
+                _delivered(wal)
             sent += 1
             log.info("xid_line_sent node=%s xid=%d", node, event.xid)
     finally:
         await producer.stop()
+        if wal is not None:
+            wal.close()
     return sent
+
+
+async def _send(producer: AIOKafkaProducer, topic: str, payload: bytes, group: str) -> None:
+    """Until Kafka acknowledges it (an outage is waited out)."""
+    while True:
+        try:
+            await producer.send_and_wait(topic, payload, key=group.encode())
+            return
+        except KafkaError as exc:
+            log.warning("kafka_unavailable error=%r; retrying", exc)
+            await asyncio.sleep(1.0)
+
+
+def _delivered(wal: WriteAheadLog) -> None:
+    """Everything appended so far is acknowledged: delete it (no buckets to wait for here)."""
+    wal.checkpoint(None, 1, open_frames=0, sequence=0, sent=0, roll=True)
 
 
 def kernel_lines(stream: BinaryIO) -> Iterator[str]:
