@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Literal
 
 Kind = Literal["counter", "gauge"]
@@ -477,8 +478,12 @@ def per_gpu_key(feature: str, gpu: str) -> str:
     return f"{feature}@{gpu}"
 
 
+@lru_cache(maxsize=1 << 14)
 def split_per_gpu_key(key: str) -> tuple[str, str] | None:
-    """``(feature, gpu)`` for a per-GPU frame key, None for a node feature."""
+    """``(feature, gpu)`` for a per-GPU frame key, None for a node feature.
+
+    Cached: every frame repeats the same ~100 keys, and the per-GPU health path
+    splits each of them per node and bucket."""
     feature, sep, gpu = key.partition("@")
     return (feature, gpu) if sep else None
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any
 
 from detectors.alerts import AlertChange
@@ -53,6 +54,7 @@ XID_CLASSES: dict[int, str] = {
 }
 
 _REMAP_FIELDS = ("remap_correctable", "remap_uncorrectable", "remap_failure", "remap_pending")
+_REMAP_KEYS = frozenset(_REMAP_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -115,12 +117,24 @@ class GpuHealthState:
 
 def per_gpu_values(values: Mapping[str, float]) -> dict[str, dict[str, float]]:
     """``{gpu: {feature: value}}`` from a frame's per-GPU keys."""
-    out: dict[str, dict[str, float]] = {}
-    for key, value in values.items():
+    return {
+        gpu: {feature: values[key] for key, feature in pairs}
+        for gpu, pairs in _per_gpu_layout(tuple(values))
+    }
+
+
+@lru_cache(maxsize=256)
+def _per_gpu_layout(keys: tuple[str, ...]) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
+    """Per GPU (in order of first appearance) its ``(key, feature)`` pairs, in key order.
+
+    Every node's frame has the same keys bucket after bucket: this splits them once
+    per key set, not once per node and bucket (the per-GPU health step's main cost)."""
+    by_gpu: dict[str, list[tuple[str, str]]] = {}
+    for key in keys:
         split = split_per_gpu_key(key)
         if split is not None:
-            out.setdefault(split[1], {})[split[0]] = value
-    return out
+            by_gpu.setdefault(split[1], []).append((key, split[0]))
+    return tuple((gpu, tuple(pairs)) for gpu, pairs in by_gpu.items())
 
 
 def step_gpu_health(
@@ -148,12 +162,18 @@ def step_gpu_health(
                 event = state.gauge.observe(node, gpu, bucket_ts, xid)
                 if event is not None:
                     events.append(event)
-            if any(f in vals for f in _REMAP_FIELDS):
+            if not _REMAP_KEYS.isdisjoint(vals):
                 key = f"{node}/{gpu}"
                 tracker = state.remap.get(key)
                 if tracker is None:
                     tracker = state.remap[key] = RemapTracker(params.remap)
-                verdict = tracker.observe(bucket_ts, *(vals.get(f) for f in _REMAP_FIELDS))
+                verdict = tracker.observe(
+                    bucket_ts,
+                    vals.get("remap_correctable"),
+                    vals.get("remap_uncorrectable"),
+                    vals.get("remap_failure"),
+                    vals.get("remap_pending"),
+                )
                 if verdict is not None:
                     change = _remap_change(verdict, group, node, gpu, bucket_ts)
                     changes.extend(_fire(state, change, bucket_ts))

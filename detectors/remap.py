@@ -517,6 +517,7 @@ class RemapTracker:
         self._uncorrectable: int | None = None
         self._series = _Series()
         self._findings: dict[Kind, _Finding] = {}
+        self._quiet: tuple[object, ...] | None = None  # the last sample taken (not state)
 
     @property
     def params(self) -> RemapParams:
@@ -551,7 +552,21 @@ class RemapTracker:
         if not _finite(ts_ms) or (self._last_ts is not None and ts_ms <= self._last_ts):
             return self.verdict
         ts = int(ts_ms)
+        sample = (correctable, uncorrectable, failure_flag, pending)
+        if (
+            sample == self._quiet
+            and not self._findings
+            and ts // self._params.step_ms == self._series.open_step
+        ):
+            # The sample before said the same, nothing stands and the step is still open:
+            # the full path below would change nothing but the time (nearly every sample
+            # of a healthy GPU, on every node, every bucket).
+            self._last_ts = ts
+            return None
         self._last_ts = ts
+        # plain floats only: 1.0 == True, but True is a flag and not a count
+        plain = all(v is None or type(v) is float for v in sample)
+        self._quiet = sample if plain else None
         self._expire(ts)
         c, u = _count(correctable), _count(uncorrectable)
         failed, pend = _flag(failure_flag), _flag(pending)

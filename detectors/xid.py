@@ -682,6 +682,9 @@ class XidGaugeTracker:
         prev = self._last.get(key)
         if prev is not None and ts <= prev[1]:
             return None
+        if prev is not None and type(value) is float and value == prev[0]:
+            self._last[key] = (prev[0], ts)  # the same code again (the usual sample): no XID
+            return None
         code = _gauge_code(value)
         if code is None:
             return None

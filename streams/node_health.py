@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any
 
 from detectors.alerts import AlertChange
@@ -46,6 +47,9 @@ from detectors.gpu_health import (
 from detectors.xid import XidCatalog, XidEvent, normalize_pci_bus_id
 
 PCI_KEY = "pci_bus_id"  # frame gpus entries "pci_bus_id@<gpu>" -> the GPU's bus id
+
+# Every frame names its GPUs' bus ids again, and nodes of one make share them.
+_normal_pci = lru_cache(maxsize=1 << 12)(normalize_pci_bus_id)
 
 
 @dataclass
@@ -79,11 +83,12 @@ class NodeHealth:
         self, group: str, node: str, ts: int, values: Mapping[str, float], gpus: Mapping[str, str]
     ) -> None:
         """Take a frame's per-GPU values (bucket ``ts``) and ``pci_bus_id@<gpu>`` entries."""
-        per_gpu = {k: v for k, v in values.items() if split_per_gpu_key(k) is not None}
+        # "@" marks a per-GPU key (features.per_gpu_key); a test per key, not a split
+        per_gpu = {k: v for k, v in values.items() if "@" in k}
         for key, value in gpus.items():
             split = split_per_gpu_key(key)
             if split is not None and split[0] == PCI_KEY:
-                pci = normalize_pci_bus_id(value)
+                pci = _normal_pci(value)
                 if pci is not None:
                     self._node(node, group).pci[pci] = split[1]
         if not per_gpu:

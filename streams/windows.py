@@ -74,6 +74,9 @@ class GroupWindow:
     left: dict[str, int] = field(default_factory=dict)  # node -> bucket ts it departed at
     last_arrival_s: float | None = None  # wall time of the newest frame taken (None: none yet)
     _open: dict[int, _OpenBucket] = field(default_factory=dict)
+    # a departure or a restore since the last tidy-up may have left members to forget
+    # (frames alone never do: only a close moves the horizon)
+    _untidy: bool = field(default=True, compare=False, repr=False)
 
     def add(
         self,
@@ -129,6 +132,7 @@ class GroupWindow:
         does.
         """
         self.left[node] = max(ts, self.left.get(node, ts))
+        self._untidy = True
         self.last_arrival_s = now_s
         for bucket_ts, bucket in self._open.items():
             if bucket_ts >= ts:
@@ -146,6 +150,22 @@ class GroupWindow:
             if seen >= horizon and self.joined[n] <= ts and self.left.get(n, ts + 1) > ts
         )
 
+    def _complete(self, ts: int, frames: Mapping[str, object]) -> bool:
+        """``expected_at(ts) <= frames.keys()``, stopping at the first expected node
+        missing. ``due`` runs after every frame: the newest members first finds one at once
+        while frames come in (they tend to come in joining order) instead of building
+        the whole set per frame."""
+        horizon = ts - self.membership_buckets * self.bucket_ms
+        for n in reversed(self.last_seen):
+            if (
+                n not in frames
+                and self.last_seen[n] >= horizon
+                and self.joined[n] <= ts
+                and self.left.get(n, ts + 1) > ts
+            ):
+                return False
+        return True
+
     def due(self, now_s: float) -> list[ClosedBucket]:
         """Close and return every bucket that is ready, oldest first."""
         if not self._open:
@@ -156,7 +176,7 @@ class GroupWindow:
             bucket = self._open[ts]
             # Until one bucket has closed the hard way, membership is unknown
             # (the first frame alone would look "complete").
-            complete = self.closed_upto >= 0 and self.expected_at(ts) <= bucket.frames.keys()
+            complete = self.closed_upto >= 0 and self._complete(ts, bucket.frames)
             timed_out = now_s - bucket.first_arrival_s >= self.grace_s
             overtaken = newest - ts >= self.lag_buckets * self.bucket_ms
             if complete or timed_out or overtaken:
@@ -178,7 +198,8 @@ class GroupWindow:
                 )
             )
             self.closed_upto = ts
-        self._forget_departed()
+        if closed or self._untidy:
+            self._forget_departed()
         return closed
 
     def ended(self, now_s: float) -> str | None:
@@ -203,6 +224,7 @@ class GroupWindow:
         return now_s - min(b.first_arrival_s for b in self._open.values())
 
     def _forget_departed(self) -> None:
+        self._untidy = False
         horizon = self.closed_upto - self.membership_buckets * self.bucket_ms
         for node in [n for n, seen in self.last_seen.items() if seen < horizon]:
             self._drop(node)
@@ -236,3 +258,4 @@ class GroupWindow:
         roles = snap.get("roles", {})
         self.roles = {n: str(roles[n]) for n in self.last_seen if roles.get(n)}
         self.left = {str(k): int(v) for k, v in snap.get("left", {}).items()}
+        self._untidy = True

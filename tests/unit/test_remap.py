@@ -447,6 +447,65 @@ def test_round_trip_at_any_point_matches_on_random_streams(steps, data) -> None:
         )
 
 
+_SAMPLE_VALUES = (None, 0.0, 1.0, 1, True, False, 2.0, math.nan, -1.0, math.inf)
+_EQUALS = {0.0: (0.0, 0, False), 1.0: (1.0, 1, True), 2.0: (2.0, 2), -1.0: (-1.0, -1)}
+
+
+def _retyped(sample: tuple, k: int) -> tuple:
+    """``sample`` with each value swapped for an equal one of another type (1.0, 1, True)."""
+    out = []
+    for i, v in enumerate(sample):
+        equals = _EQUALS.get(v) if v is not None and v == v else None  # (True hashes as 1.0)
+        out.append(equals[(k + i) % len(equals)] if equals else v)
+    return tuple(out)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from((SCRAPE, SCRAPE, SCRAPE, HOUR_MS // 2, 0)),
+            st.tuples(*[st.sampled_from(_SAMPLE_VALUES)] * 4),
+            st.integers(0, 3),
+            st.integers(0, 5),
+        ),
+        min_size=1,
+        max_size=80,
+    )
+)
+def test_a_tracker_fed_straight_through_matches_one_restored_before_every_sample(steps) -> None:
+    """A repeated sample takes a shortcut in ``observe``; a restored tracker never does (it
+    has no last sample in memory): both must agree on every verdict and all state, with
+    ints, bools, NaN and junk among the repeats."""
+    params = RemapParams(
+        recent_ms=6 * HOUR_MS, window_ms=12 * HOUR_MS, min_rate_per_day=1.0, min_rising_steps=2
+    )
+    stream = []
+    ts, sample = 0, (0.0, 0.0, 0.0, 0.0)
+    for gap, fresh, repeats, retype in steps:
+        ts += gap
+        sample = fresh if repeats == 0 else sample  # mostly the sample before, again
+        for i in range(repeats + 1):
+            sample = _retyped(sample, retype * i)
+            stream.append((ts, sample))
+            ts += SCRAPE
+    _straight_matches_restored(params, stream)
+
+
+def test_an_equal_sample_of_another_type_is_judged_afresh() -> None:
+    """True == 1.0, but True is no count: after it, 1.0 is a drop from 2 (a board swap)."""
+    samples = [(2.0, 0.0, 0.0, 0.0), (True, 0.0, 0.0, 0.0), (1.0, 0.0, 0.0, 0.0)]
+    _straight_matches_restored(RemapParams(), [(i * SCRAPE, s) for i, s in enumerate(samples)])
+
+
+def _straight_matches_restored(params: RemapParams, stream: list) -> None:
+    straight, restored = RemapTracker(params), RemapTracker(params)
+    for ts, sample in stream:
+        restored = round_trip(restored)
+        assert straight.observe(ts, *sample) == restored.observe(ts, *sample)
+        assert straight.to_dict() == restored.to_dict()
+
+
 def test_state_of_a_flat_gpu_is_tiny() -> None:
     tracker = RemapTracker()
     steady(tracker, 14 * 24 + 5)

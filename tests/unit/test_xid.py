@@ -384,6 +384,31 @@ def test_gauge_state_round_trip_at_any_point_changes_nothing(values, data):
     assert head + tail == whole
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from((0.0, 94.0, 94, True, 1.0, math.nan, 79.0, -1.0, 94.5, 0)),
+            st.sampled_from((30 * S, 30 * S, 0, -30 * S)),
+        ),
+        min_size=1,
+        max_size=60,
+    ),
+    st.booleans(),
+)
+def test_gauge_fed_straight_through_matches_one_restored_before_every_sample(samples, known):
+    """A repeated code takes a shortcut in ``observe``; a tracker restored from its state
+    before every sample must see the same events and hold the same state."""
+    params = XidGaugeParams(initial_known=known)
+    straight, restored = XidGaugeTracker(params), XidGaugeTracker(params)
+    ts = 0
+    for value, gap in samples:
+        ts += gap
+        restored = XidGaugeTracker.from_dict(json.loads(json.dumps(restored.to_dict())), params)
+        assert straight.observe("n1", "0", ts, value) == restored.observe("n1", "0", ts, value)
+        assert straight.to_dict() == restored.to_dict()
+
+
 @pytest.mark.parametrize("bad", [{"version": 2}, {"version": 1, "series": [{"node": "n"}]}])
 def test_gauge_from_dict_rejects_bad_state(bad):
     with pytest.raises((ValueError, KeyError)):
