@@ -302,3 +302,116 @@ def test_the_manifests_pass_yamllint() -> None:
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+RUNBOOK_BASE = "https://git.example.com/peerwatch/blob/main/docs/runbooks"
+
+
+def _expect(alertname: str, summary: str, severity: str, **labels: str) -> dict[str, Any]:
+    return {
+        "exp_labels": {"severity": severity, "source": "peerwatch-health", **labels},
+        "exp_annotations": {"summary": summary, "runbook_url": f"{RUNBOOK_BASE}/{alertname}.md"},
+    }
+
+
+def _rule_cases() -> list[dict[str, Any]]:
+    """Synthetic series (1-min steps) where each alert must fire, beside ones where it must not."""
+    ns = 'namespace="pw"'
+    return [
+        {  # 10 % 5xx on ingest-0 fires; 1 % on ingest-1 does not
+            "interval": "1m",
+            "input_series": [
+                {"series": f'peerwatch_ingest_requests_total{{code="503",{ns},pod="ingest-0"}}',
+                 "values": "0+60x30"},
+                {"series": f'peerwatch_ingest_requests_total{{code="204",{ns},pod="ingest-0"}}',
+                 "values": "0+540x30"},
+                {"series": f'peerwatch_ingest_requests_total{{code="503",{ns},pod="ingest-1"}}',
+                 "values": "0+6x30"},
+                {"series": f'peerwatch_ingest_requests_total{{code="204",{ns},pod="ingest-1"}}',
+                 "values": "0+594x30"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "8m", "alertname": "PeerwatchIngestErrors", "exp_alerts": []},
+                {"eval_time": "20m", "alertname": "PeerwatchIngestErrors", "exp_alerts": [
+                    _expect("PeerwatchIngestErrors",
+                            "ingest-0: 10% of remote_write requests fail with 5xx",
+                            "warning", namespace="pw", pod="ingest-0"),
+                ]},
+            ],
+        },
+        {  # 36,000 frames unread at 60 frames/s: 10 min behind
+            "interval": "1m",
+            "input_series": [
+                {"series": f'peerwatch_worker_consumer_lag{{{ns},pod="worker-0",partition="0"}}',
+                 "values": "36000x30"},
+                {"series": f'peerwatch_ingest_frames_sent_total{{{ns},pod="ingest-0"}}',
+                 "values": "0+3600x30"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "20m", "alertname": "PeerwatchConsumerLag", "exp_alerts": [
+                    _expect("PeerwatchConsumerLag",
+                            # 36,000 / rate() (60.06/s: rate extrapolates to its window)
+                            "workers are 9m 59s of frames behind the frames topic",
+                            "warning", namespace="pw"),
+                ]},
+            ],
+        },
+        {  # worker-0 not ready from minute 5; worker-1 not scraped; worker-2 fine
+            "interval": "1m",
+            "input_series": [
+                {"series": f'peerwatch_worker_ready{{{ns},pod="worker-0"}}',
+                 "values": "1x4 0x20"},
+                {"series": f'up{{job="peerwatch-worker",{ns},pod="worker-1"}}', "values": "0x20"},
+                {"series": f'peerwatch_worker_ready{{{ns},pod="worker-2"}}', "values": "1x20"},
+                {"series": f'up{{job="peerwatch-worker",{ns},pod="worker-2"}}', "values": "1x20"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "15m", "alertname": "PeerwatchWorkerNotReady", "exp_alerts": [
+                    _expect("PeerwatchWorkerNotReady",
+                            f"worker-{i}: peerwatch worker not ready: its groups are not scored",
+                            "critical", namespace="pw", pod=f"worker-{i}")
+                    for i in (0, 1)
+                ]},
+            ],
+        },
+        {  # worker-0: every delivery fails; worker-1: some fail, most are sent
+            "interval": "1m",
+            "input_series": [
+                {"series": "peerwatch_worker_alert_deliveries_total"
+                 f'{{sink="alertmanager",outcome="unavailable",{ns},pod="worker-0"}}',
+                 "values": "0+5x30"},
+                {"series": "peerwatch_worker_alert_deliveries_total"
+                 f'{{sink="alertmanager",outcome="sent",{ns},pod="worker-0"}}',
+                 "values": "100x30"},
+                {"series": "peerwatch_worker_alert_deliveries_total"
+                 f'{{sink="alertmanager",outcome="unavailable",{ns},pod="worker-1"}}',
+                 "values": "0+1x30"},
+                {"series": "peerwatch_worker_alert_deliveries_total"
+                 f'{{sink="alertmanager",outcome="sent",{ns},pod="worker-1"}}',
+                 "values": "0+9x30"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "20m", "alertname": "PeerwatchAlertDeliveryFailing", "exp_alerts": [
+                    _expect("PeerwatchAlertDeliveryFailing",
+                            "worker-0: peerwatch alerts do not reach Alertmanager",
+                            "critical", namespace="pw", pod="worker-0"),
+                ]},
+            ],
+        },
+    ]  # fmt: skip
+
+
+def test_each_rule_fires_where_it_should_and_not_elsewhere(
+    objects: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    """promtool test rules on synthetic series: the expressions, their `for`, labels and
+    annotation templates, evaluated by the real Prometheus rule engine."""
+    rules = tmp_path / "rules.yml"
+    rules.write_text(yaml.safe_dump(one(objects, "PrometheusRule", "peerwatch")["spec"]))
+    tests = tmp_path / "rules_test.yml"
+    tests.write_text(
+        yaml.safe_dump(
+            {"rule_files": [str(rules)], "evaluation_interval": "1m", "tests": _rule_cases()}
+        )
+    )
+    assert "SUCCESS" in run_tool("promtool", "prometheus", "test", "rules", str(tests))
