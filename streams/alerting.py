@@ -17,6 +17,7 @@ from detectors.alerts import AlertChange
 from streams.records import AlertRecord
 from streams.settings import Settings
 from streams.sinks.alertmanager import rfc3339
+from streams.sinks.credentials import without_userinfo
 
 SUMMARIES = {
     "PeerwatchNodeCollapse": "{node}: hard failure signature against its peers",
@@ -44,7 +45,13 @@ class AlertLinks:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AlertLinks:
-        return cls(settings.runbook_base_url, settings.dashboard_url)
+        """``dashboard_url``, else the dashboard the Grafana annotations go to (``grafana_url``
+        without credentials, ``/d/<grafana_dashboard_uid>``)."""
+        dashboard = settings.dashboard_url
+        if dashboard is None and settings.grafana_url and settings.grafana_dashboard_uid:
+            base, _ = without_userinfo(settings.grafana_url)
+            dashboard = f"{base.rstrip('/')}/d/{settings.grafana_dashboard_uid}"
+        return cls(settings.runbook_base_url, dashboard)
 
     def runbook_url(self, alertname: str) -> str:
         return f"{self.runbook_base.rstrip('/')}/{alertname}.md"

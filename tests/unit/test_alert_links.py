@@ -153,6 +153,14 @@ def test_dashboard_url_must_be_absolute_http(url: str) -> None:
         Settings(dashboard_url=url)
 
 
+def test_the_grafana_dashboard_is_the_default_link_without_its_credentials() -> None:
+    """With Grafana annotations on, alerts link the dashboard the annotations land on."""
+    settings = Settings(grafana_url="https://bot:s3cret@grafana.example/")
+    url = AlertLinks.from_settings(settings).generator_url(_change())
+    assert url.startswith("https://grafana.example/d/peerwatch?var-group=job+a&var-node=gpu-07&")
+    assert "s3cret" not in url
+
+
 def test_dashboard_url_setting_empty_is_unset() -> None:
     assert Settings(dashboard_url="").dashboard_url is None
 
