@@ -119,19 +119,25 @@ def decode_alert(value: bytes | None) -> dict | None:
     return record
 
 
-def alerts_consumer(settings: Settings) -> AIOKafkaConsumer:
-    return AIOKafkaConsumer(
+async def alerts_consumer(settings: Settings) -> AIOKafkaConsumer:
+    """A started consumer of the alerts topic (stopped again if it cannot start)."""
+    consumer = AIOKafkaConsumer(
         settings.topic_alerts,
         bootstrap_servers=settings.broker_host_port,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
     )
+    try:
+        await consumer.start()
+    except BaseException:
+        await consumer.stop()
+        raise
+    return consumer
 
 
 async def watch_alerts(settings: Settings, on_alert: Callable[[dict], None]) -> None:
     """Every record of the alerts topic, from the earliest, to ``on_alert``, forever."""
-    consumer = alerts_consumer(settings)
-    await consumer.start()
+    consumer = await alerts_consumer(settings)
     try:
         async for msg in consumer:
             if (record := decode_alert(msg.value)) is not None:
@@ -142,8 +148,7 @@ async def watch_alerts(settings: Settings, on_alert: Callable[[dict], None]) -> 
 
 async def read_alerts(settings: Settings, idle_s: float = 2.0) -> AlertLog:
     """The records the topic holds now (read until ``idle_s`` passes without one)."""
-    consumer = alerts_consumer(settings)
-    await consumer.start()
+    consumer = await alerts_consumer(settings)
     log = AlertLog()
     try:
         while batch := await consumer.getmany(timeout_ms=int(idle_s * 1000)):

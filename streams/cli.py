@@ -447,8 +447,8 @@ def alerts(
         asyncio.run(show_alerts(settings, Console(), follow=follow, rows=rows))
     except KeyboardInterrupt:
         return
-    except KafkaError as exc:
-        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+    except KafkaError as exc:  # its text starts with its type name
+        raise click.ClickException(str(exc)) from exc
 
 
 @main.command("xid-log")

@@ -20,6 +20,7 @@ import uuid
 from aiokafka import AIOKafkaProducer
 
 from streams.records import AlertRecord
+from streams.services import free_port
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 BUCKET_TS = 1_764_590_400_000  # 2025-12-01 12:00:00 UTC
@@ -128,3 +129,17 @@ def test_without_follow_the_table_is_printed_once(kafka_bootstrap: str) -> None:
     )
     assert "records 2   firing now 2" in done.stdout, done.stdout
     assert "gpu-node-2" in done.stdout and "gpu-node-1" not in done.stdout, done.stdout
+
+
+def test_an_unreachable_kafka_is_one_error_line_and_status_1() -> None:
+    dead = f"127.0.0.1:{free_port()}"
+    done = subprocess.run(
+        [sys.executable, "-m", "streams", "alerts", "--follow"],
+        env=env_for(dead, "peerwatch.alerts"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert "Error: KafkaConnectionError: Unable to bootstrap" in done.stderr
+    assert "Traceback" not in done.stderr and "Unclosed" not in done.stderr, done.stderr
