@@ -43,7 +43,7 @@ def test_an_empty_dashboard_uid_annotates_organisation_wide() -> None:
 
 
 def test_a_current_schema_with_a_prometheus_datasource_variable() -> None:
-    assert DASHBOARD["schemaVersion"] >= 39  # Grafana 11 and later
+    assert DASHBOARD["schemaVersion"] >= 41  # Grafana 12 and later
     datasource = gd.variable(DASHBOARD, "datasource")
     assert datasource["type"] == "datasource" and datasource["query"] == "prometheus"
     for panel in gd.panels(DASHBOARD):
