@@ -78,6 +78,7 @@ class FramesLag:
         self.bootstrap, self.topic, self.group = bootstrap, topic, group
         self._admin: AIOKafkaAdminClient | None = None
         self._consumer: AIOKafkaConsumer | None = None
+        self._committed: dict[int, int] = {}  # partition -> newest committed offset seen
 
     async def frames(self) -> int | None:
         """The lag now, or None if Kafka did not answer (a broker restart): the clients
@@ -104,12 +105,9 @@ class FramesLag:
             return None  # not created yet
         tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
         ends = await self._consumer.end_offsets(tps)
-        committed = await self._admin.list_consumer_group_offsets(self.group, partitions=tps)
-        lag = 0
-        for tp in tps:
-            done = committed.get(tp)
-            lag += ends[tp] - max(0, done.offset if done is not None else 0)
-        return lag
+        answer = await self._admin.list_consumer_group_offsets(self.group, partitions=tps)
+        committed = {tp.partition: a.offset for tp, a in answer.items()}
+        return uncommitted({tp.partition: ends[tp] for tp in tps}, committed, self._committed)
 
     async def close(self) -> None:
         admin, consumer, self._admin, self._consumer = self._admin, self._consumer, None, None
@@ -119,6 +117,26 @@ class FramesLag:
         if admin is not None:
             with contextlib.suppress(KafkaError, OSError):
                 await admin.close()
+
+
+def uncommitted(
+    ends: dict[int, int], committed: dict[int, int], seen: dict[int, int]
+) -> int | None:
+    """Records past the committed offsets, summed over partitions (end offsets ``ends``).
+    A partition never committed counts from 0; one that was committed before and now
+    answers none (-1: a restarted broker's coordinator still loading its offsets) makes
+    the sample unknown (None), not the whole topic. ``seen`` keeps what was committed."""
+    lag = 0
+    for partition, end in ends.items():
+        offset = committed.get(partition, -1)
+        if offset < 0:
+            if partition in seen:
+                return None
+            offset = 0
+        else:
+            seen[partition] = offset
+        lag += max(0, end - offset)
+    return lag
 
 
 def lab_pids(lab: Lab) -> dict[str, int | None]:

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from bench.procmem import growth_mib, rss_mib
-from bench.soak import Trace, lag_figures, memory, sprinkled_faults
+from bench.soak import Trace, lag_figures, memory, sprinkled_faults, uncommitted
 
 
 def test_faults_cycle_evenly_over_the_middle_and_leave_the_last_quarter_alone() -> None:
@@ -60,3 +60,13 @@ def test_rss_of_this_process_and_of_none() -> None:
     assert rss_mib(os.getpid()) > 1.0
     with pytest.raises(OSError):
         rss_mib(2**22 + 12345)  # above the kernel's pid_max default
+
+
+def test_lag_counts_uncommitted_records_and_an_amnesic_coordinator_is_no_answer() -> None:
+    """The 30-min soak read the whole topic as lag (40,983 frames) once, right after a
+    broker restart: committed offsets answered -1 for partitions committed before."""
+    seen: dict[int, int] = {}
+    assert uncommitted({0: 10, 1: 5}, {0: 7}, seen) == 3 + 5  # partition 1: never committed
+    assert uncommitted({0: 12, 1: 6}, {0: 12, 1: 6}, seen) == 0
+    assert uncommitted({0: 20, 1: 9}, {0: -1, 1: 6}, seen) is None
+    assert uncommitted({0: 20, 1: 9}, {0: 18, 1: 9}, seen) == 2
