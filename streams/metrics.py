@@ -6,12 +6,13 @@ import logging
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from detectors.alerts import AlertChange
 from detectors.failslow.slo import SloSummary
-from detectors.features import split_per_gpu_key
+from detectors.features import per_gpu_key
 from detectors.fusion import NodeVerdict
 from detectors.gpu_health import XID_ALERT
 from detectors.phase import PHASES
@@ -406,8 +407,8 @@ class NodeSeries:
             ["group", "node", "xid"],
             registry=registry,
         )
-        # group -> metric -> label values (after the group) exported for it now
-        self._held: dict[str, dict[Gauge | Counter, set[tuple[str, ...]]]] = {}
+        # group -> metric -> label values (after the group) -> the series exported for it now
+        self._held: dict[str, dict[Gauge | Counter, dict[tuple[str, ...], Any]]] = {}
 
     def observe(
         self,
@@ -436,12 +437,10 @@ class NodeSeries:
         self._replace(self.alert_firing, group, firing)
 
     def count_xids(self, group: str, changes: Iterable[AlertChange]) -> None:
-        held = self._held.setdefault(group, {}).setdefault(self.xid_alerts, set())
         for change in changes:
             if change.alertname == XID_ALERT and change.status == "firing":
-                labels = (change.node or "", f"{change.score:.0f}")
-                self.xid_alerts.labels(group, *labels).inc()
-                held.add(labels)
+                xid = f"{change.score:.0f}"  # an XID alert's score is its XID (gpu_health)
+                self._child(self.xid_alerts, group, (change.node or "", xid)).inc()
 
     def forget(self, group: str) -> None:
         for metric, held in self._held.pop(group, {}).items():
@@ -449,23 +448,38 @@ class NodeSeries:
                 metric.remove(group, *labels)
 
     def _replace(self, gauge: Gauge, group: str, values: Mapping[tuple[str, ...], float]) -> None:
-        held = self._held.setdefault(group, {}).setdefault(gauge, set())
-        for labels in held - values.keys():
+        held = self._held.setdefault(group, {}).setdefault(gauge, {})
+        for labels in held.keys() - values.keys():
             gauge.remove(group, *labels)
+            del held[labels]
         for labels, value in values.items():
-            gauge.labels(group, *labels).set(value)
-        held.clear()
-        held.update(values)
+            self._child(gauge, group, labels).set(value)
+
+    def _child(self, metric: Gauge | Counter, group: str, labels: tuple[str, ...]) -> Any:
+        """The labelled series, kept: ``labels()`` validates and locks on every call, and
+        this runs for every node of every bucket."""
+        held = self._held.setdefault(group, {}).setdefault(metric, {})
+        child = held.get(labels)
+        if child is None:
+            child = held[labels] = metric.labels(group, *labels)
+        return child
 
 
 def remapped_rows(values: Mapping[str, float]) -> dict[str, float]:
     """A frame's ``remap_<kind>@<gpu>`` values summed over its GPUs, by kind."""
     totals = dict.fromkeys(REMAP_KINDS, 0.0)
-    for key, value in values.items():
-        if not key.startswith("remap_") or not math.isfinite(value):
-            continue
-        split = split_per_gpu_key(key)
-        kind = split[0].removeprefix("remap_") if split else None
-        if kind in totals:
-            totals[kind] += value
+    keys = values.keys() & _REMAP_KEYS.keys()
+    if not any(values[k] for k in keys):  # almost every GPU has remapped nothing
+        return totals
+    for key in keys:
+        if math.isfinite(value := values[key]):
+            totals[_REMAP_KEYS[key]] += value
     return totals
+
+
+# Every key a frame's remap values can have (dcgm-exporter's ``gpu`` label is the GPU's
+# index), for a set intersection: it runs for every node of every bucket, and a scan of
+# the frame's keys took three times as long (37 against 12 us for an 88-key frame).
+_REMAP_KEYS = {
+    per_gpu_key(f"remap_{kind}", str(gpu)): kind for kind in REMAP_KINDS for gpu in range(256)
+}

@@ -145,3 +145,19 @@ def test_a_simulated_uncorrectable_remap_shows_in_the_node_series() -> None:
     assert row in text
     assert f'peerwatch_node_xid_alerts_total{{group="job-a",node="{victim}",xid="94"}} 1.0' in text
     assert f'alertname="{XID_ALERT}",group="job-a",node="{victim}"' in text
+
+
+def test_a_node_that_comes_back_is_exported_again() -> None:
+    """The series are kept between buckets; one removed must not be reused (it would no
+    longer be in the registry)."""
+    m = WorkerMetrics()
+    for nodes in (["n1", "n2"], ["n2"], ["n1", "n2"]):
+        m.nodes.observe("job-a", {n: verdict(n, 2.0) for n in nodes}, {}, [])
+    assert 'peerwatch_node_score{group="job-a",node="n1"} 2.0' in exported(m)
+    m.forget_group("job-a")
+    m.nodes.observe("job-a", {"n1": verdict("n1", 3.0)}, {}, [])
+    m.nodes.count_xids("job-a", [alert(XID_ALERT, "n1", score=79.0)])
+    text = exported(m)
+    assert 'peerwatch_node_score{group="job-a",node="n1"} 3.0' in text
+    assert 'node="n2"' not in text
+    assert 'peerwatch_node_xid_alerts_total{group="job-a",node="n1",xid="79"} 1.0' in text
