@@ -194,7 +194,7 @@ def role_peer_stats(
         own = peer_zscores(values[rows], abs_floor, rel_floor, min_peers)
         # a feature too sparse inside the role keeps the job's reference
         cols = np.isfinite(own.median)
-        idx = np.ix_(rows, np.flatnonzero(cols))
+        idx = np.ix_(np.asarray(rows, dtype=np.intp), np.flatnonzero(cols))
         z[idx] = own.z[:, cols]
         median[idx] = np.broadcast_to(own.median[cols], (len(rows), int(cols.sum())))
     return z, median

@@ -282,13 +282,13 @@ def tally(
     for record in decided:
         ident = identity(record["labels"])
         by_alert.setdefault(ident, []).append(record)
-        key = _change_key(record["status"], ident, int(record["bucket_ts"]))
-        decided_keys[key] += 1
+        change = _change_key(record["status"], ident, int(record["bucket_ts"]))
+        decided_keys[change] += 1
         if record["status"] == "firing":
             episodes.setdefault(ident, set()).add(epoch_ms(record["starts_at"]))
         previous = last_status.get(ident)
-        if previous is None or previous[0] <= key[2]:
-            last_status[ident] = (key[2], record["status"])
+        if previous is None or previous[0] <= change[2]:
+            last_status[ident] = (change[2], record["status"])
     missing = sum((expected - decided_keys).values())
     extra_keys = set(decided_keys) - set(expected)
     delivered = {i for i in episodes if am_seen.get(i)}
