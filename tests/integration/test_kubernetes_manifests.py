@@ -415,3 +415,16 @@ def test_each_rule_fires_where_it_should_and_not_elsewhere(
         )
     )
     assert "SUCCESS" in run_tool("promtool", "prometheus", "test", "rules", str(tests))
+
+
+def test_the_pods_run_as_the_images_user_on_its_ports(objects: list[dict[str, Any]]) -> None:
+    """runAsNonRoot needs the numeric uid the Dockerfile creates; the ports are the ones it
+    exposes (a mismatch only shows when the pod starts)."""
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    uid = int(re.search(r"useradd [^\n]*--uid (\d+)", dockerfile).group(1))  # type: ignore[union-attr]
+    exposed = {int(p) for p in re.search(r"^EXPOSE (.+)$", dockerfile, re.M).group(1).split()}  # type: ignore[union-attr]
+    for template in _pods(objects).values():
+        spec = template["spec"]
+        assert spec["securityContext"]["runAsUser"] == uid
+        (container,) = spec["containers"]
+        assert {p["containerPort"] for p in container["ports"]} <= exposed
