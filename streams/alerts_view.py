@@ -22,6 +22,7 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.table import Table
 
+from streams.kafka import client_options, start_client
 from streams.settings import Settings
 
 ROWS = 15  # newest records shown
@@ -123,12 +124,12 @@ async def alerts_consumer(settings: Settings) -> AIOKafkaConsumer:
     """A started consumer of the alerts topic (stopped again if it cannot start)."""
     consumer = AIOKafkaConsumer(
         settings.topic_alerts,
-        bootstrap_servers=settings.broker_host_port,
+        **client_options(settings),
         auto_offset_reset="earliest",
         enable_auto_commit=False,
     )
     try:
-        await consumer.start()
+        await start_client(consumer, settings)
     except BaseException:
         await consumer.stop()
         raise

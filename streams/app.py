@@ -28,6 +28,7 @@ from faust.types import TP
 from detectors.xid import parse_kernel_line
 from streams.acks import BucketAcks
 from streams.alerting import AlertLinks, to_payload, to_record
+from streams.kafka import faust_credentials
 from streams.metrics import WorkerMetrics
 from streams.pipeline import Pipeline, Scored
 from streams.records import AlertRecord, Frame, XidLine
@@ -59,6 +60,7 @@ def create_app(
     app = faust.App(
         settings.app_id,
         broker=settings.kafka,
+        broker_credentials=faust_credentials(settings),
         store=settings.store,
         datadir=str(settings.datadir),
         topic_partitions=settings.topic_partitions,

@@ -82,8 +82,12 @@ def ingest(ctx: click.Context, **flags: Any) -> None:
 def worker(ctx: click.Context, **flags: Any) -> None:
     """Score frames per peer group and send alerts (a Faust worker)."""
     from streams.app import run_worker
+    from streams.kafka import KafkaLoginError
 
-    run_worker(_settings(ctx, **flags), loglevel=ctx.obj["log_level"])
+    try:
+        run_worker(_settings(ctx, **flags), loglevel=ctx.obj["log_level"])
+    except KafkaLoginError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
 
 
 @main.command()
@@ -440,6 +444,7 @@ def alerts(
     from rich.console import Console
 
     from streams.alerts_view import show_alerts
+    from streams.kafka import KafkaLoginError
 
     settings = _settings(ctx, kafka=kafka, topic_alerts=topic_alerts)
     logging.getLogger("aiokafka").setLevel(logging.ERROR)  # its retries would scroll the view
@@ -449,6 +454,8 @@ def alerts(
         return
     except KafkaError as exc:  # its text starts with its type name
         raise click.ClickException(str(exc)) from exc
+    except KafkaLoginError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
 
 
 @main.command("xid-log")
@@ -465,9 +472,13 @@ def xid_log(
     ctx: click.Context, kafka: str | None, node: str, group: str, wal_dir: Path | None
 ) -> None:
     """Ship NVRM Xid kernel log lines from stdin to the xid topic."""
+    from streams.kafka import KafkaLoginError
     from streams.sources.xid_log import run_xid_log
 
-    sent = run_xid_log(_settings(ctx, kafka=kafka, xid_log_wal_dir=wal_dir), node, group)
+    try:
+        sent = run_xid_log(_settings(ctx, kafka=kafka, xid_log_wal_dir=wal_dir), node, group)
+    except KafkaLoginError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
     click.echo(f"sent {sent} XID lines", err=True)
 
 

@@ -41,7 +41,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -361,15 +361,31 @@ class KafkaKRaft(_KafkaProtocolService):
     broker's data, generated config and ``kafka.log``; starting again with the
     same ``workdir`` restarts the same broker with its data. ``KAFKA_VERSION``
     in the environment selects another release.
+
+    ``listeners`` adds listeners by protocol (``{"SASL_PLAINTEXT": port}``),
+    ``properties`` is appended to the broker's config (their SASL / TLS settings)
+    and ``scram`` names SCRAM users for the first format
+    (``"SCRAM-SHA-256=[name=alice,password=secret]"``). The readiness probe and
+    ``bootstrap`` stay on the PLAINTEXT listener.
     """
 
     name = "Apache Kafka (KRaft)"
     startup_timeout = 120.0  # first JVM start on a slow CI machine
     stop_timeout = 30.0  # controlled shutdown flushes logs and the metadata log
 
-    def __init__(self, workdir: str | os.PathLike[str], port: int | None = None) -> None:
+    def __init__(
+        self,
+        workdir: str | os.PathLike[str],
+        port: int | None = None,
+        *,
+        listeners: Mapping[str, int] | None = None,
+        properties: str = "",
+        scram: Sequence[str] = (),
+    ) -> None:
         super().__init__(port)
         self.workdir = Path(workdir).resolve()
+        self.listeners = dict(listeners or {})
+        self._properties, self._scram = properties, tuple(scram)
         self.script = repo_root() / "scripts" / "kafka" / "kafka-kraft"
         # The script sends the JVM's output to kafka.log itself; what reaches
         # our pipe is only the script's own complaints, appended to the same file.
@@ -408,7 +424,7 @@ class KafkaKRaft(_KafkaProtocolService):
         self.workdir.mkdir(parents=True, exist_ok=True)
 
     def _command(self) -> list[str]:
-        return [
+        command = [
             str(self.script),
             "start",
             "--port",
@@ -418,6 +434,15 @@ class KafkaKRaft(_KafkaProtocolService):
             "--dir",
             str(self.workdir),
         ]
+        for protocol, port in self.listeners.items():
+            command += ["--listener", f"{protocol}:{port}"]
+        if self._properties:
+            extra = self.workdir / "extra.properties"
+            extra.write_text(self._properties)
+            command += ["--properties", str(extra)]
+        for spec in self._scram:
+            command += ["--add-scram", spec]
+        return command
 
 
 class EmbeddedBroker(_KafkaProtocolService):

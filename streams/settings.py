@@ -19,7 +19,10 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="PEERWATCH_", extra="forbid")
+    # hide_input_in_errors: a model-level error would otherwise print every input, secrets too
+    model_config = SettingsConfigDict(
+        env_prefix="PEERWATCH_", extra="forbid", hide_input_in_errors=True
+    )
 
     # Kafka
     kafka: str = Field("kafka://127.0.0.1:9092", description="broker URL(s), faust style")
@@ -32,6 +35,17 @@ class Settings(BaseSettings):
     topic_partitions: int = Field(4, ge=1)
     topic_replication: int = Field(1, ge=1, description="replication of topics peerwatch creates")
     app_id: str = "peerwatch"
+    # Kafka security, for every client (streams.kafka builds aiokafka's and Faust's options)
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "PLAIN"
+    kafka_username: str | None = None
+    kafka_password: SecretStr | None = None
+    kafka_password_file: Path | None = None
+    kafka_ca_file: Path | None = Field(
+        None, description="PEM CA bundle for the brokers' certificates; system CAs if unset"
+    )
+    kafka_cert_file: Path | None = Field(None, description="PEM client certificate: mutual TLS")
+    kafka_key_file: Path | None = Field(None, description="PEM private key of the client cert")
 
     # logs: "json" for one JSON object per line (every process, library lines included)
     log_format: Literal["text", "json"] = "text"
@@ -214,6 +228,22 @@ class Settings(BaseSettings):
         for sink in ("alertmanager", "grafana"):
             if getattr(self, f"{sink}_password") and getattr(self, f"{sink}_token"):
                 raise ValueError(f"{sink}_password and {sink}_token: one kind of auth per sink")
+        return self
+
+    @model_validator(mode="after")
+    def _kafka_security_fits(self) -> Settings:
+        # Each half-configured case would otherwise connect without the intended security.
+        sasl = self.kafka_security_protocol.startswith("SASL_")
+        tls = self.kafka_security_protocol.endswith("SSL")
+        protocol = f"kafka_security_protocol is {self.kafka_security_protocol}"
+        if sasl and not (self.kafka_username and self.kafka_password is not None):
+            raise ValueError(f"{protocol}: set kafka_username and kafka_password(_file)")
+        if not sasl and (self.kafka_username or self.kafka_password is not None):
+            raise ValueError(f"kafka_username/password are set but {protocol}")
+        if not tls and (self.kafka_ca_file or self.kafka_cert_file or self.kafka_key_file):
+            raise ValueError(f"kafka_ca_file/cert_file/key_file are set but {protocol}")
+        if (self.kafka_cert_file is None) != (self.kafka_key_file is None):
+            raise ValueError("kafka_cert_file and kafka_key_file go together; set both or neither")
         return self
 
     @property

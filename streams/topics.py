@@ -14,6 +14,7 @@ import logging
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
+from streams.kafka import client_options, raise_if_login_refused
 from streams.settings import Settings
 
 log = logging.getLogger("peerwatch.topics")
@@ -22,13 +23,14 @@ log = logging.getLogger("peerwatch.topics")
 async def ensure_topics(settings: Settings, attempts: int | None = 30) -> None:
     """Create the frames, alerts and xid topics if missing.
 
-    Retries while the broker is unreachable: ``attempts`` times, or forever if None.
+    Retries while the broker is unreachable: ``attempts`` times, or forever if None;
+    a refused login raises ``KafkaLoginError`` at once.
     """
     names = (settings.topic_frames, settings.topic_alerts, settings.topic_xid)
     attempt = 0
     while attempts is None or attempt < attempts:
         attempt += 1
-        admin = AIOKafkaAdminClient(bootstrap_servers=settings.broker_host_port)
+        admin = AIOKafkaAdminClient(**client_options(settings))
         try:
             await admin.start()
             existing = set(await admin.list_topics())
@@ -46,6 +48,7 @@ async def ensure_topics(settings: Settings, attempts: int | None = 30) -> None:
                 )
             return
         except KafkaError as exc:
+            await raise_if_login_refused(settings)
             log.warning("kafka_unavailable attempt=%d error=%r", attempt, exc)
             await asyncio.sleep(min(0.5 * attempt, 5.0))
         finally:

@@ -34,6 +34,9 @@ from typing import Literal
 from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
 
+from streams.kafka import client_options, start_client
+from streams.settings import Settings
+
 __all__ = [
     "JobMembership",
     "MembershipError",
@@ -200,14 +203,14 @@ class MembershipFollower:
         assign: Callable[[str, str | None], None],
         *,
         path: str | Path | None = None,
-        bootstrap: str | None = None,
+        kafka: Settings | None = None,
         topic: str | None = None,
         poll_s: float = 2.0,
     ) -> None:
         self._assign = assign
         self.table = JobMembership()
         self._file = MembershipFile(path) if path else None
-        self._bootstrap, self._topic = bootstrap, topic
+        self._kafka, self._topic = kafka, topic
         self._poll_s = poll_s
 
     def apply(self, event: MembershipEvent) -> None:
@@ -224,7 +227,7 @@ class MembershipFollower:
         tasks = []
         if self._file is not None:
             tasks.append(asyncio.create_task(self._follow_file(), name="membership-file"))
-        if self._bootstrap and self._topic:
+        if self._kafka and self._topic:
             tasks.append(asyncio.create_task(self._follow_topic(), name="membership-topic"))
         if tasks:
             await asyncio.gather(*tasks)
@@ -235,17 +238,18 @@ class MembershipFollower:
             await asyncio.sleep(self._poll_s)
 
     async def _follow_topic(self) -> None:
+        assert self._kafka is not None and self._topic is not None  # run() checked both
         backoff = 0.5
         while True:
             consumer = AIOKafkaConsumer(
                 self._topic,
-                bootstrap_servers=self._bootstrap,
+                **client_options(self._kafka),
                 group_id=None,
                 auto_offset_reset="earliest",
                 enable_auto_commit=False,
             )
             try:
-                await consumer.start()
+                await start_client(consumer, self._kafka)
                 backoff = 0.5
                 async for message in consumer:
                     try:

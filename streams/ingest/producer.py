@@ -28,8 +28,10 @@ from aiokafka.errors import (
 )
 
 from streams.ingest.frames import FrameData
+from streams.kafka import client_options, start_client
 from streams.metrics import IngestMetrics
 from streams.records import Frame
+from streams.settings import Settings
 
 log = logging.getLogger("peerwatch.ingest")
 
@@ -57,14 +59,14 @@ def encode_frame(frame: FrameData) -> bytes:
 class FrameProducer:
     def __init__(
         self,
-        bootstrap: str,
+        kafka: Settings,
         topic: str,
         metrics: IngestMetrics,
         *,
         max_backlog: int = 200_000,
         batch: int = 2_000,
     ) -> None:
-        self._bootstrap = bootstrap
+        self._kafka = kafka
         self._topic = topic
         self._metrics = metrics
         self._max_backlog = max_backlog
@@ -114,22 +116,22 @@ class FrameProducer:
         backoff = 0.5
         while True:
             producer = AIOKafkaProducer(
-                bootstrap_servers=self._bootstrap,
+                **client_options(self._kafka),
                 acks="all",
                 linger_ms=5,
                 max_batch_size=1 << 20,
                 request_timeout_ms=10_000,
             )
             try:
-                await producer.start()
+                await start_client(producer, self._kafka)
             except KafkaError as exc:
-                await producer.stop()
-                log.warning("kafka_unavailable bootstrap=%s error=%r", self._bootstrap, exc)
+                bootstrap = self._kafka.broker_host_port
+                log.warning("kafka_unavailable bootstrap=%s error=%r", bootstrap, exc)
                 self._metrics.kafka_errors.inc()
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 10.0)
                 continue
-            log.info("kafka_connected bootstrap=%s", self._bootstrap)
+            log.info("kafka_connected bootstrap=%s", self._kafka.broker_host_port)
             self._connected = True
             return producer
 

@@ -41,6 +41,7 @@ from streams.ingest.request_timer import request_timer
 from streams.ingest.security import WriteAuth, server_ssl_context
 from streams.ingest.series import Series
 from streams.ingest.wal import WriteAheadLog
+from streams.kafka import KafkaLoginError
 from streams.metrics import IngestMetrics
 from streams.settings import Settings
 from streams.topics import ensure_topics
@@ -85,7 +86,7 @@ class Ingest:
                 # the builder lives on the work thread: assignments queue there, in order
                 lambda node, job: self._work.submit(self.builder.assign, node, job),
                 path=settings.membership_file,
-                bootstrap=settings.broker_host_port,
+                kafka=settings,
                 topic=settings.topic_jobs,
             )
             self.tasks["membership"] = self.membership.run
@@ -280,7 +281,15 @@ class Ingest:
                 self.metrics.task_failures.labels(task=name).inc()
                 if loop.time() - started >= HEALTHY_AFTER_S:
                     backoff = self.restart_min_s
-                log.exception("background_task_failed task=%s restart_in_s=%.1f", name, backoff)
+                if isinstance(exc, KafkaLoginError):  # settings to fix, not a bug: no traceback
+                    log.error(
+                        "background_task_failed task=%s restart_in_s=%.1f error=%s",
+                        name,
+                        backoff,
+                        exc,
+                    )
+                else:
+                    log.exception("background_task_failed task=%s restart_in_s=%.1f", name, backoff)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, RESTART_MAX_S)
             del self.down[name]
@@ -315,7 +324,7 @@ def _newest_ts(series: list[Series]) -> int | None:
 def build_ingest(settings: Settings) -> Ingest:
     metrics = IngestMetrics()
     producer = FrameProducer(
-        settings.broker_host_port,
+        settings,
         settings.topic_frames,
         metrics,
         max_backlog=settings.ingest_max_backlog_frames,

@@ -28,6 +28,7 @@ from aiokafka.errors import KafkaError
 
 from detectors.xid import parse_kernel_line
 from streams.ingest.wal import WriteAheadLog
+from streams.kafka import client_options, start_client
 from streams.records import XidLine
 from streams.settings import Settings
 
@@ -38,8 +39,8 @@ async def ship_xid_lines(lines: Iterable[str], settings: Settings, node: str, gr
     """Send every XID line of ``lines`` (first those a killed run left in its write-ahead
     log); returns how many were sent."""
     wal = WriteAheadLog(settings.xid_log_wal_dir) if settings.xid_log_wal_dir else None
-    producer = AIOKafkaProducer(bootstrap_servers=settings.broker_host_port, acks="all")
-    await producer.start()
+    producer = AIOKafkaProducer(**client_options(settings), acks="all")
+    await start_client(producer, settings)
     sent = 0
     try:
         if wal is not None:

@@ -107,15 +107,19 @@ class Deployment:
 
 @dataclass(frozen=True)
 class TlsFiles:
-    """PEM files of a throwaway CA and a server certificate it signed for 127.0.0.1."""
+    """PEM files of a throwaway CA and a server certificate it signed for 127.0.0.1, and a
+    client certificate it signed (mutual TLS) if one was asked for."""
 
     ca: Path
     cert: Path
     key: Path
+    client_cert: Path | None = None
+    client_key: Path | None = None
 
 
-def make_tls_files(directory: Path, name: str = "server") -> TlsFiles:
-    """A CA and a certificate for ``127.0.0.1`` / ``localhost`` (a day valid), as PEM files."""
+def make_tls_files(directory: Path, name: str = "server", client: str | None = None) -> TlsFiles:
+    """A CA and a certificate for ``127.0.0.1`` / ``localhost`` (a day valid), as PEM files;
+    and one for the ``client`` name, if given."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -146,30 +150,36 @@ def make_tls_files(directory: Path, name: str = "server") -> TlsFiles:
         )
         .sign(ca_key, hashes.SHA256())
     )
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
-        build(name, "peerwatch test CA", key)
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
-            ),
-            critical=False,
+
+    def signed(subject: str, server: bool) -> tuple[Path, Path]:
+        key = ec.generate_private_key(ec.SECP256R1())
+        usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
+        cert = build(subject, "peerwatch test CA", key)
+        if server:
+            cert = cert.add_extension(
+                x509.SubjectAlternativeName(
+                    [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+                ),
+                critical=False,
+            )
+        cert = cert.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        paths = directory / f"{subject}.pem", directory / f"{subject}.key"
+        paths[0].write_bytes(
+            cert.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
         )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
+        paths[1].write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
+        return paths
+
     directory.mkdir(parents=True, exist_ok=True)
-    files = TlsFiles(directory / "ca.pem", directory / f"{name}.pem", directory / f"{name}.key")
-    files.ca.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-    files.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    files.key.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return files
+    (directory / "ca.pem").write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    client_cert, client_key = signed(client, server=False) if client else (None, None)
+    return TlsFiles(directory / "ca.pem", *signed(name, server=True), client_cert, client_key)
 
 
 def basic_header(user: str, password: str) -> str:

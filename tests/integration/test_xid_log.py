@@ -31,6 +31,25 @@ LINE = (
 FALLEN_OFF = "[ 8123.456789] NVRM: GPU at PCI:0000:43:00: GPU has fallen off the bus."
 
 
+async def replay_around_kernel_lines(
+    deployment: Deployment, settings: Settings, lines: list[str]
+) -> int:
+    """Ten buckets of a healthy job, ``lines`` shipped as gpu070's kernel log, four more
+    buckets (which carry the log XID with them); returns how many lines were sent."""
+    now_ms = int(time.time() * 1000)
+    start = (now_ms - 3600_000) // BUCKET_MS * BUCKET_MS
+    config = ClusterConfig(seed=3, job_name=deployment.job, start_ms=start)
+    await replay(deployment.write_url, config, end_ms=start + 10 * BUCKET_MS)
+    sent = await ship_xid_lines(lines, settings, "gpu070", deployment.job)
+    await replay(
+        deployment.write_url,
+        config,
+        start_ms=start + 10 * BUCKET_MS,
+        end_ms=start + 14 * BUCKET_MS,
+    )
+    return sent
+
+
 @pytest.mark.parametrize(
     ("line", "gpu"),
     [
@@ -42,25 +61,12 @@ async def test_a_kernel_xid_line_pages_with_its_action(
     kafka_bootstrap: str, alertmanager_url: str, tmp_path: Path, line: str, gpu: str
 ) -> None:
     deployment = Deployment.new(kafka_bootstrap, alertmanager_url, tmp_path)
-    now_ms = int(time.time() * 1000)
-    start = (now_ms - 3600_000) // BUCKET_MS * BUCKET_MS
-    config = ClusterConfig(seed=3, job_name=deployment.job, start_ms=start)
     settings = Settings(
         kafka=f"kafka://{kafka_bootstrap}", topic_xid=deployment.env["PEERWATCH_TOPIC_XID"]
     )
     with deployment.ingest(), deployment.worker():
-        await replay(deployment.write_url, config, end_ms=start + 10 * BUCKET_MS)
-        sent = await ship_xid_lines(
-            ["kernel noise that is not an XID", line], settings, "gpu070", deployment.job
-        )
-        assert sent == 1
-        # the next buckets close and carry the log XID with them
-        await replay(
-            deployment.write_url,
-            config,
-            start_ms=start + 10 * BUCKET_MS,
-            end_ms=start + 14 * BUCKET_MS,
-        )
+        lines = ["kernel noise that is not an XID", line]
+        assert await replay_around_kernel_lines(deployment, settings, lines) == 1
 
         async def xid_alert() -> list[dict]:
             alerts = await alerts_in_alertmanager(alertmanager_url, deployment.job)
