@@ -67,6 +67,7 @@ class FrameProducer:
         batch: int = 2_000,
     ) -> None:
         self._kafka = kafka
+        self._bootstrap = kafka.broker_host_port  # for log lines
         self._topic = topic
         self._metrics = metrics
         self._max_backlog = max_backlog
@@ -125,13 +126,12 @@ class FrameProducer:
             try:
                 await start_client(producer, self._kafka)
             except KafkaError as exc:
-                bootstrap = self._kafka.broker_host_port
-                log.warning("kafka_unavailable bootstrap=%s error=%r", bootstrap, exc)
+                log.warning("kafka_unavailable bootstrap=%s error=%r", self._bootstrap, exc)
                 self._metrics.kafka_errors.inc()
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 10.0)
                 continue
-            log.info("kafka_connected bootstrap=%s", self._kafka.broker_host_port)
+            log.info("kafka_connected bootstrap=%s", self._bootstrap)
             self._connected = True
             return producer
 

@@ -131,3 +131,6 @@ def test_ingest_and_worker_ready_follow_kafka_down_and_up(tmp_path: Path) -> Non
                 kafka.start()
                 poll_until(f"{worker}/-/ready", 200, timeout_s=90)
                 poll_until(f"{ingest}/-/ready", 200, timeout_s=30)
+    log = (tmp_path / "ingest.log").read_text()
+    # the idle producer's probe saw the broker go, and logging it did not crash the producer
+    assert "kafka_unreachable" in log and "background_task_failed" not in log, log[-3000:]
