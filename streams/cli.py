@@ -75,7 +75,7 @@ def ingest(ctx: click.Context, **flags: Any) -> None:
 @click.option("--kafka", help="Kafka URL (env PEERWATCH_KAFKA).")
 @click.option("--alertmanager-url", help="Alertmanager base URL; '' disables.")
 @click.option("--datadir", type=click.Path(path_type=Path), help="Faust state directory.")
-@click.option("--store", help="Table store: memory:// or rocksdb://.")
+@click.option("--store", help="Table store: memory:// or rocksdb:// (on disk in --datadir).")
 @click.option("--web-host", "worker_web_host", help="/metrics, /-/healthy, /-/ready address.")
 @click.option("--metrics-port", "worker_web_port", type=int, help="/metrics port; 0 disables.")
 @click.pass_context

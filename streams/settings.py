@@ -128,7 +128,11 @@ class Settings(BaseSettings):
     outbox_dir: Path | None = Field(
         None, description="journal of undelivered alerts (default: <datadir>/outbox)"
     )
-    store: str = "memory://"
+    store: str = Field(
+        "memory://",
+        description="table store: memory:// (rebuilt from the changelog at each start) or "
+        "rocksdb:// (files under datadir; a restart reads only the changelog's tail)",
+    )
 
     # XID catalog: "nvidia" (NVIDIA's resolution buckets) or "report" (the
     # source report's simpler mapping), plus an optional operator override file

@@ -5,6 +5,8 @@ alerts), fires a critical alert for the faulty node, and is killed with
 SIGKILL. A new worker with the same app id restores the table from Kafka and
 carries on: the open alert is neither lost nor fired again, and no healthy
 node pages while the restarted worker finds its feet (no re-warm-up storm).
+On both table stores: memory (the restart replays the changelog) and RocksDB (the
+restart reopens its files and reads the changelog from where they end).
 """
 
 from __future__ import annotations
@@ -12,15 +14,19 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from streams.sources.simulator import replay
 from tests.integration.harness import Deployment, alerts_in_alertmanager, read_topic, wait_for
 from tests.integration.test_end_to_end import BUCKET_MS, VICTIM, scenario
 
 
+@pytest.mark.parametrize("store", ["memory://", "rocksdb://"])
 async def test_a_killed_worker_keeps_its_state_and_open_alerts(
-    kafka_bootstrap: str, alertmanager_url: str, tmp_path: Path
+    kafka_bootstrap: str, alertmanager_url: str, tmp_path: Path, store: str
 ) -> None:
     deployment = Deployment.new(kafka_bootstrap, alertmanager_url, tmp_path)
+    deployment.env["PEERWATCH_STORE"] = store
     config, xid_bucket = scenario(deployment.job, fault_after_min=30)
     crash_at = xid_bucket + 4 * BUCKET_MS
     end_ms = crash_at + 12 * BUCKET_MS  # the job is dead by then; it restarts 10 min later
@@ -64,3 +70,6 @@ async def test_a_killed_worker_keeps_its_state_and_open_alerts(
     ], records
     # Alertmanager still has it (the restarted worker keeps re-sending what its table says fires)
     assert any(a["labels"].get("node") == VICTIM for a in alerts), alerts
+    # and the table was where the store setting put it
+    on_disk = list(tmp_path.glob("worker/**/group-state-*.db"))
+    assert bool(on_disk) == store.startswith("rocksdb"), on_disk
