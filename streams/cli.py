@@ -501,6 +501,8 @@ def show_settings(ctx: click.Context) -> None:
 @click.option("--basic-auth-username", help="Prometheus sends basic auth with this user ...")
 @click.option("--basic-auth-password-file", help="... and the password in this file.")
 @click.option("--ca-file", help="Prometheus verifies the ingest's HTTPS certificate with this CA.")
+@click.option("--cert-file", help="Prometheus' client certificate (the ingest asks for one) ...")
+@click.option("--key-file", help="... and its key.")
 @click.pass_context
 def prometheus_config(ctx: click.Context, url: str | None, **auth: str | None) -> None:
     """Print the remote_write snippet for prometheus.yml that keeps what peerwatch reads."""

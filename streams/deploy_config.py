@@ -47,12 +47,16 @@ class WriterAuth:
     basic_auth_username: str | None = None
     basic_auth_password_file: str | None = None
     ca_file: str | None = None  # verify the ingest's HTTPS certificate with this CA
+    cert_file: str | None = None  # Prometheus' client certificate, for an ingest asking for one
+    key_file: str | None = None
 
     def __post_init__(self) -> None:
         if (self.basic_auth_username is None) != (self.basic_auth_password_file is None):
             raise ValueError("basic auth needs both a username and a password file")
         if self.bearer_token_file and self.basic_auth_username:
             raise ValueError("Prometheus sends one of bearer token and basic auth, not both")
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("a client certificate needs both its cert file and its key file")
 
     def yaml_lines(self) -> list[str]:
         """The writer's ``authorization`` / ``basic_auth`` / ``tls_config`` blocks."""
@@ -69,8 +73,10 @@ class WriterAuth:
                 f"      username: {_quoted(self.basic_auth_username)}",
                 f"      password_file: {_quoted(self.basic_auth_password_file)}",
             ]
-        if self.ca_file:
-            lines += ["    tls_config:", f"      ca_file: {_quoted(self.ca_file)}"]
+        tls = {"ca_file": self.ca_file, "cert_file": self.cert_file, "key_file": self.key_file}
+        if any(tls.values()):
+            lines.append("    tls_config:")
+            lines += [f"      {key}: {_quoted(path)}" for key, path in tls.items() if path]
         return lines
 
 

@@ -111,6 +111,9 @@ class Settings(BaseSettings):
     # every secret below can also come from a file: the same name with ``_file``
     ingest_tls_cert_file: Path | None = Field(None, description="PEM certificate (chain): HTTPS")
     ingest_tls_key_file: Path | None = Field(None, description="PEM private key of the cert")
+    ingest_tls_client_ca_file: Path | None = Field(
+        None, description="clients must present a certificate this CA signed (mutual TLS)"
+    )
     ingest_bearer_token: SecretStr | None = Field(
         None, description="writes must send Authorization: Bearer <token>"
     )
@@ -229,6 +232,8 @@ class Settings(BaseSettings):
         ):
             if (getattr(self, first) is None) != (getattr(self, second) is None):
                 raise ValueError(f"{first} and {second} go together; set both or neither")
+        if self.ingest_tls_client_ca_file and not self.ingest_tls_cert_file:
+            raise ValueError("ingest_tls_client_ca_file needs ingest_tls_cert_file (HTTPS)")
         for sink in ("alertmanager", "grafana"):
             if getattr(self, f"{sink}_password") and getattr(self, f"{sink}_token"):
                 raise ValueError(f"{sink}_password and {sink}_token: one kind of auth per sink")

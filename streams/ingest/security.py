@@ -92,10 +92,14 @@ class WriteAuth:
 
 
 def server_ssl_context(settings: Settings) -> ssl.SSLContext | None:
-    """The HTTPS context from the cert/key files, or None for plain HTTP."""
+    """The HTTPS context from the cert/key files (requiring client certificates signed by
+    ``ingest_tls_client_ca_file`` when set), or None for plain HTTP."""
     if settings.ingest_tls_cert_file is None or settings.ingest_tls_key_file is None:
         return None
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(settings.ingest_tls_cert_file, settings.ingest_tls_key_file)
+    if settings.ingest_tls_client_ca_file is not None:  # mutual TLS: no cert, no handshake
+        context.verify_mode = ssl.CERT_REQUIRED
+        context.load_verify_locations(cafile=settings.ingest_tls_client_ca_file)
     return context

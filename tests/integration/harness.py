@@ -38,7 +38,8 @@ class Deployment:
     alerts_topic: str
     workdir: Path
     job: str  # the simulated job's name: its peer group, unique to this deployment
-    ingest_ca: Path | None = None  # set by ``serve_tls``
+    ingest_tls: TlsFiles | None = None  # set by ``serve_tls``
+    ingest_mutual_tls: bool = False
 
     @classmethod
     def new(cls, kafka_bootstrap: str, alertmanager_url: str, workdir: Path) -> Deployment:
@@ -62,20 +63,30 @@ class Deployment:
     def write_url(self) -> str:
         return f"http://127.0.0.1:{self.ingest_port}/api/v1/write"
 
-    def serve_tls(self, tls: TlsFiles) -> None:
-        """Make the ingest serve HTTPS with ``tls``' certificate."""
+    def serve_tls(self, tls: TlsFiles, mutual: bool = False) -> None:
+        """Make the ingest serve HTTPS with ``tls``' certificate (``mutual``: and want clients
+        to show one its CA signed; the tests' own requests show ``tls``' client certificate)."""
         self.env["PEERWATCH_INGEST_TLS_CERT_FILE"] = str(tls.cert)
         self.env["PEERWATCH_INGEST_TLS_KEY_FILE"] = str(tls.key)
-        self.ingest_ca = tls.ca
+        if mutual:
+            self.env["PEERWATCH_INGEST_TLS_CLIENT_CA_FILE"] = str(tls.ca)
+        self.ingest_tls, self.ingest_mutual_tls = tls, mutual
+
+    def ingest_client_context(self) -> ssl.SSLContext | None:
+        """What a client of this ingest needs for its HTTPS, None for plain HTTP."""
+        if self.ingest_tls is None:
+            return None
+        identity = self.ingest_tls if self.ingest_mutual_tls else None
+        return client_context(self.ingest_tls.ca, identity)
 
     @property
     def ingest_url(self) -> str:
         """The ingest's base URL, ``https`` once ``serve_tls`` was called."""
-        scheme = "https" if self.ingest_ca is not None else "http"
+        scheme = "https" if self.ingest_tls is not None else "http"
         return f"{scheme}://127.0.0.1:{self.ingest_port}"
 
     def ingest(self) -> PeerwatchProcess:
-        context = None if self.ingest_ca is None else client_context(self.ingest_ca)
+        context = self.ingest_client_context()
         return PeerwatchProcess(
             ["ingest"],
             self.env,
@@ -187,9 +198,14 @@ def basic_header(user: str, password: str) -> str:
     return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
-def client_context(ca: Path) -> ssl.SSLContext:
-    """A client TLS context that trusts only ``ca``."""
-    return ssl.create_default_context(cafile=str(ca))
+def client_context(ca: Path, identity: TlsFiles | None = None) -> ssl.SSLContext:
+    """A client TLS context that trusts only ``ca`` (and shows ``identity``'s client cert)."""
+    context = ssl.create_default_context(cafile=str(ca))
+    if identity is not None:
+        if identity.client_cert is None or identity.client_key is None:
+            raise ValueError("make_tls_files(..., client=NAME) makes a client certificate")
+        context.load_cert_chain(identity.client_cert, identity.client_key)
+    return context
 
 
 async def alerts_in_alertmanager(url: str, group: str) -> list[dict]:

@@ -137,7 +137,7 @@ def test_the_remote_write_snippet_passes_promtool() -> None:
 
 def test_prometheus_config_command_emits_the_auth_and_tls_blocks(tmp_path: Path) -> None:
     """What an ingest with TLS and auth needs, as file references promtool accepts."""
-    for name in ("token", "ca.pem"):
+    for name in ("token", "ca.pem", "prometheus.pem", "prometheus.key"):
         (tmp_path / name).write_text("x\n")
     done = CliRunner().invoke(
         main,
@@ -146,6 +146,8 @@ def test_prometheus_config_command_emits_the_auth_and_tls_blocks(tmp_path: Path)
             "--url=https://peerwatch-ingest:9201/api/v1/write",
             f"--bearer-token-file={tmp_path / 'token'}",
             f"--ca-file={tmp_path / 'ca.pem'}",
+            f"--cert-file={tmp_path / 'prometheus.pem'}",
+            f"--key-file={tmp_path / 'prometheus.key'}",
         ],
         env={"PEERWATCH_FEATURES": None},
     )
@@ -155,7 +157,11 @@ def test_prometheus_config_command_emits_the_auth_and_tls_blocks(tmp_path: Path)
         "type": "Bearer",
         "credentials_file": str(tmp_path / "token"),
     }
-    assert writer["tls_config"] == {"ca_file": str(tmp_path / "ca.pem")}
+    assert writer["tls_config"] == {
+        "ca_file": str(tmp_path / "ca.pem"),
+        "cert_file": str(tmp_path / "prometheus.pem"),
+        "key_file": str(tmp_path / "prometheus.key"),
+    }
     config = tmp_path / "remote_write.yml"
     config.write_text(done.output)
     assert "SUCCESS" in _run("promtool", "prometheus", "check", "config", str(config))
@@ -176,6 +182,7 @@ def test_prometheus_config_command_emits_basic_auth() -> None:
     [
         ["--basic-auth-username=prom"],
         ["--bearer-token-file=/t", "--basic-auth-username=p", "--basic-auth-password-file=/p"],
+        ["--cert-file=/c.pem"],
     ],
 )
 def test_prometheus_config_command_refuses_auth_prometheus_cannot_send(flags: list[str]) -> None:

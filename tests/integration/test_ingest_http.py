@@ -14,8 +14,10 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import cramjam
+import httpx
 import pytest
 import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
@@ -23,10 +25,12 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from streams.ingest.remote_write import MetricMetadata, WriteRequest, encode_write_request
+from streams.ingest.security import server_ssl_context
 from streams.ingest.series import Series
 from streams.ingest.server import Ingest, build_ingest
 from streams.services import free_port
 from streams.settings import Settings
+from tests.integration.harness import client_context, make_tls_files
 
 B = 30_000  # bucket length (ms), the default bucket_s
 MAX_BODY = 2048
@@ -361,6 +365,32 @@ async def test_a_write_without_the_right_credentials_gets_401_and_probes_stay_op
         await metric_value(client, 'peerwatch_ingest_auth_failures_total{reason="malformed"}') == 1
     )
     assert await metric_value(client, 'peerwatch_ingest_requests_total{code="401"}') == 3
+
+
+async def test_with_a_client_ca_only_clients_with_its_certificate_get_through(
+    tmp_path: Path,
+) -> None:
+    """Mutual TLS: a client without a certificate fails the handshake; with one the CA
+    signed it reaches the handler (here the 503 of a dead Kafka)."""
+    tls = make_tls_files(tmp_path, client="prometheus")
+    settings = settings_for(
+        f"127.0.0.1:{free_port()}",
+        ingest_tls_cert_file=tls.cert,
+        ingest_tls_key_file=tls.key,
+        ingest_tls_client_ca_file=tls.ca,
+    )
+    server = TestServer(build_ingest(settings).app())
+    await server.start_server(ssl=server_ssl_context(settings))
+    url = str(server.make_url("/-/ready"))
+    try:
+        anonymous = client_context(tls.ca)
+        async with httpx.AsyncClient(verify=anonymous) as client:
+            with pytest.raises(httpx.TransportError):
+                await client.get(url)
+        async with httpx.AsyncClient(verify=client_context(tls.ca, tls)) as client:
+            assert (await client.get(url)).status_code == 503
+    finally:
+        await server.close()
 
 
 # --- frames Kafka can never take ----------------------------------------------------------------

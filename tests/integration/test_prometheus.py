@@ -24,7 +24,6 @@ from streams.services import NodeExporter, Prometheus
 from tests.integration.conftest import start_or_fail
 from tests.integration.harness import (
     Deployment,
-    client_context,
     make_tls_files,
     prometheus_running,
     wait_for,
@@ -172,32 +171,32 @@ def counter_values(page: str, name: str) -> dict[str, float]:
 async def test_remote_write_with_bearer_or_basic_auth_over_tls_reaches_kafka_and_wrong_gets_401(
     kafka_bootstrap: str, deployment: Deployment, node_exporter: NodeExporter, tmp_path: Path
 ) -> None:
-    """One Prometheus, four writers to one HTTPS ingest that takes a bearer token or a basic
-    pair from files: the right token and the right pair reach the frames topic; a wrong token
-    and no credentials get 401, counted by reason, and nothing of theirs arrives."""
-    tls = make_tls_files(tmp_path / "tls")
+    """One Prometheus, five writers to one ingest that wants mutual TLS and a bearer token or a
+    basic pair (from files): the right token and the right pair reach the frames topic; a wrong
+    token and no credentials get 401, counted by reason; the right token without a client
+    certificate fails the handshake. Nothing of the last three arrives."""
+    tls = make_tls_files(tmp_path / "tls", client="prometheus")
     secrets = tmp_path / "secrets"
     secrets.mkdir()
     for name, text in [("token", TOKEN), ("password", PASSWORD), ("wrong", TOKEN[:-1] + "X")]:
         (secrets / name).write_text(text + "\n")
-    deployment.serve_tls(tls)
+    deployment.serve_tls(tls, mutual=True)
     deployment.env["PEERWATCH_INGEST_BEARER_TOKEN_FILE"] = str(secrets / "token")
     deployment.env["PEERWATCH_INGEST_BASIC_AUTH_USERNAME"] = "prometheus"
     deployment.env["PEERWATCH_INGEST_BASIC_AUTH_PASSWORD_FILE"] = str(secrets / "password")
+    token = str(secrets / "token")
     ca = str(tls.ca)
+    mtls = {"ca_file": ca, "cert_file": str(tls.client_cert), "key_file": str(tls.client_key)}
+    basic = {
+        "basic_auth_username": "prometheus",
+        "basic_auth_password_file": str(secrets / "password"),
+    }
     writers = [
-        secured_writer(deployment, "bearer", WriterAuth(str(secrets / "token"), ca_file=ca)),
-        secured_writer(
-            deployment,
-            "basic",
-            WriterAuth(
-                basic_auth_username="prometheus",
-                basic_auth_password_file=str(secrets / "password"),
-                ca_file=ca,
-            ),
-        ),
-        secured_writer(deployment, "wrong", WriterAuth(str(secrets / "wrong"), ca_file=ca)),
-        secured_writer(deployment, "anonymous", WriterAuth(ca_file=ca)),
+        secured_writer(deployment, "bearer", WriterAuth(token, **mtls)),
+        secured_writer(deployment, "basic", WriterAuth(**basic, **mtls)),
+        secured_writer(deployment, "wrong", WriterAuth(str(secrets / "wrong"), **mtls)),
+        secured_writer(deployment, "anonymous", WriterAuth(**mtls)),
+        secured_writer(deployment, "uncertified", WriterAuth(token, ca_file=ca)),
     ]
     config = tmp_path / "prometheus.yml"
     config.write_text(
@@ -221,7 +220,7 @@ async def test_remote_write_with_bearer_or_basic_auth_over_tls_reaches_kafka_and
             return {f"{deployment.job}-bearer", f"{deployment.job}-basic"} <= groups
 
         async def refusals() -> dict[str, float]:
-            async with httpx.AsyncClient(verify=client_context(tls.ca)) as client:
+            async with httpx.AsyncClient(verify=deployment.ingest_client_context()) as client:
                 page = (await client.get(f"{deployment.ingest_url}/metrics")).text
             failures = counter_values(page, "peerwatch_ingest_auth_failures_total")
             return failures if len(failures) == 2 else {}

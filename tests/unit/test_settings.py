@@ -289,6 +289,11 @@ def test_half_a_pair_is_an_error(values: dict[str, str]) -> None:
         Settings(**values)  # type: ignore[arg-type]
 
 
+def test_a_client_ca_without_https_is_an_error() -> None:
+    with pytest.raises(ValidationError, match="needs ingest_tls_cert_file"):
+        Settings(ingest_tls_client_ca_file="/ca.pem")  # type: ignore[arg-type]
+
+
 def test_a_sink_takes_one_kind_of_auth() -> None:
     with pytest.raises(ValidationError, match="one kind of auth"):
         Settings(alertmanager_username="am", alertmanager_password="a", alertmanager_token="b")
