@@ -4,46 +4,62 @@
 
 Runs ``peerwatch ingest`` as a child process on loopback (default settings,
 fresh topics) against Apache Kafka (``KafkaKRaft``) or the embedded broker, and
-drives it with Prometheus-shaped remote_write bodies: the scenario's simulated
-cluster (``gpu-slow``: ~9,900 series per scrape round), one copy per *sender*,
-renamed so each sender is its own peer group of distinct nodes, sent round
-after round in bodies of at most 2,000 samples. A sender behaves like a
-Prometheus remote_write shard: it posts one body at a time, in order, and on a
-503 retries the same body with Prometheus' backoff (30 ms doubling to 5 s).
-Senders share one event clock: a sender more than ``MAX_LAG_ROUNDS`` rounds
+drives it from a second child process (the load generator, so its CPU does not
+delay the sampling) with Prometheus-shaped remote_write bodies: the scenario's
+simulated cluster (``gpu-slow``: ~9,900 series per scrape round), one renamed
+copy per *fleet* (its own peer group of distinct nodes), sent round after
+round in bodies of at most 2,000 samples. A sender behaves like a Prometheus
+remote_write shard: it posts one body at a time, in order, and on a 503
+retries the same body with Prometheus' backoff (30 ms doubling to 5 s).
+Senders share one event clock: a fleet more than ``MAX_LAG_ROUNDS`` rounds
 behind the newest skips ahead (as data a real fleet would send now), so no
 sample drops as late only because the driver lagged.
 
-First it ramps senders 4, 8, 16, ... (``RAMP_STEP_S`` each) until 503s appear;
-the last step without 503 is 1x. Then it runs ``--seconds`` at 1x (baseline),
-then ``--seconds`` at 2x, and prints for each: requests answered 204 / 503 /
-other, samples accepted per second (the ingest's own
+First it ramps senders 4, 8, 16, ... (one fleet each; a step lasts
+``RAMP_STEP_S`` and until it had as many answers as senders, at most
+``RAMP_MAX_S``) until 503s appear; the last step without 503 is 1x. It warms up at 1x until
+every 1x fleet had a round answered 204 (so its series exist), runs
+``--seconds`` at 1x, then ``--seconds`` at 2x: twice the senders on the *same*
+fleets (each fleet's series split over two senders, as Prometheus reshards), so
+2x adds load, not series. For each phase it prints requests answered 204 /
+503 / other, samples accepted per second (the ingest's own
 ``peerwatch_ingest_samples_total{outcome="accepted"}``), drops by reason, the
-slowest ``/-/ready`` answer (polled each second), and the ingest's RSS
-(``/proc/PID/status`` VmRSS) at the phase's start, middle and end and its peak.
-Not a test: nothing is asserted; the figures depend on the machine.
+slowest ``/-/ready`` answer and the ingest's RSS (``/proc/PID/status``, both
+sampled each second by the parent): start, mid, end, peak and its growth
+(median of the last third minus median of the first), and says whether 503s
+appeared and RSS stayed flat (growth under ``FLAT_FRACTION`` of the phase's
+start). Not a test: nothing is asserted; the figures depend on the machine.
+
+On SIGINT, SIGTERM or SIGHUP, or an exception, every child process group (load
+generator, ingest, broker) is killed before the bench exits.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing
 import os
+import signal
 import statistics
 import struct
 import tempfile
 import time
+import urllib.request
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import aiohttp
 import cramjam
 
 from bench.fuzz_wire import label, varint
 from bench.ingest_bench import simulate
-from bench.procmem import rss_mib
+from bench.procmem import growth_mib, rss_mib
 from streams.ingest.remote_write import encode_write_request
 from streams.ingest.series import Series
 from streams.services import EmbeddedBroker, KafkaKRaft, PeerwatchProcess, free_port
@@ -56,6 +72,10 @@ HEADERS = {
     "User-Agent": "peerwatch-bench-overload",
 }
 RAMP_STEP_S = 4.0
+RAMP_MAX_S = 30.0  # a ramp step's longest wait for as many answers as it has senders
+WARM_MAX_S = 240.0  # the warm-up gives up after this long (the report says so)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # each stops every child
+FLAT_FRACTION = 0.05  # RSS is flat if it grew less than this fraction of the phase's start
 MAX_SENDERS = 256
 MAX_LAG_ROUNDS = 5
 BACKOFF_MIN_S, BACKOFF_MAX_S = 0.03, 5.0  # Prometheus' queue_config defaults
@@ -96,7 +116,7 @@ class Fleet:
         self.labels: list[dict[str, str]] = []
         self.rounds: list[list[tuple[int, int, float]]] = []
         for t, series in simulated:
-            rows = []
+            rows: list[tuple[int, int, float]] = []
             for s in series:
                 key = tuple(sorted(s.labels.items()))
                 i = index.get(key)
@@ -106,6 +126,7 @@ class Fleet:
                 rows.extend((i, ts - t, v) for ts, v in s.samples)
             self.rounds.append(rows)
         self._heads: dict[int, list[bytes]] = {}
+        self._shards: dict[tuple[int, int, int], list[tuple[int, int, float]]] = {}
         self._fields = {kv: _label(*kv) for labels in self.labels for kv in labels.items()}
         # the hand encoding must be what encode_write_request sends
         ts, value = 1_759_276_800_123, 42.5
@@ -118,6 +139,15 @@ class Fleet:
     @property
     def samples_per_round(self) -> float:
         return statistics.fmean(len(r) for r in self.rounds)
+
+    def _shard_rows(self, r: int, shard: int, shards: int) -> list[tuple[int, int, float]]:
+        if shards == 1:
+            return self.rounds[r]
+        rows = self._shards.get((r, shard, shards))
+        if rows is None:
+            rows = [row for row in self.rounds[r] if row[0] % shards == shard]
+            self._shards[(r, shard, shards)] = rows
+        return rows
 
     def heads(self, sender: int) -> list[bytes]:
         heads = self._heads.get(sender)
@@ -141,10 +171,13 @@ class Fleet:
             self._heads[sender] = heads
         return heads
 
-    def bodies(self, sender: int, k: int, start_ms: int) -> list[tuple[bytes, int]]:
-        """Sender ``sender``'s round ``k`` as snappy bodies with their sample counts."""
-        heads = self.heads(sender)
-        rows = self.rounds[k % len(self.rounds)]
+    def bodies(
+        self, fleet: int, k: int, start_ms: int, shard: int = 0, shards: int = 1
+    ) -> list[tuple[bytes, int]]:
+        """Fleet ``fleet``'s round ``k`` -- the series of ``shard`` of ``shards`` (split by
+        series) -- as snappy bodies with their sample counts."""
+        heads = self.heads(fleet)
+        rows = self._shard_rows(k % len(self.rounds), shard, shards)
         t = start_ms + k * self.interval_ms
         out = []
         for at in range(0, len(rows), MAX_SAMPLES_PER_SEND):
@@ -162,24 +195,33 @@ class Tally:
 
 
 class Load:
-    """Senders posting to the ingest; ``target`` says how many run."""
+    """Senders posting to the ingest: ``set_senders`` says how many, on how many fleets."""
 
     def __init__(self, fleet: Fleet, url: str, start_ms: int) -> None:
         self.fleet, self.url, self.start_ms = fleet, url, start_ms
         self.target = 0
+        self.fleets = 0
         self.tally = Tally()
         self.newest = -1  # the newest round any sender started
-        self._next: dict[int, int] = {}  # sender -> its next round
+        self.warm: set[int] = set()  # fleets that had a whole round answered 204
+        self._next: dict[tuple[int, int, int], int] = {}  # (fleet, shard, shards) -> next round
+        self._fleet_next: dict[int, int] = {}  # fleet -> its newest round started, + 1
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self.session: aiohttp.ClientSession | None = None
 
-    def set_senders(self, n: int) -> None:
+    def set_senders(self, n: int, fleets: int | None = None) -> None:
+        """``n`` senders on ``fleets`` fleets (default ``n``, else a divisor of ``n``): sender
+        ``i`` sends shard ``i // fleets`` of fleet ``i % fleets``'s series. Resharding
+        (other ``fleets``) needs ``stop`` first."""
         assert self.session is not None
-        self.target = n
+        fleets = fleets or n
+        shards = n // fleets
+        assert n % fleets == 0 and (self.target == 0 or shards == self.target // self.fleets)
+        self.target, self.fleets = n, fleets
         for i in range(n):
             task = self._tasks.get(i)
             if task is None or task.done():
-                self._tasks[i] = asyncio.create_task(self._sender(i))
+                self._tasks[i] = asyncio.create_task(self._sender(i, fleets, shards))
 
     async def stop(self) -> None:
         """Every sender stops now; a round cut short is not sent again (skipped)."""
@@ -188,18 +230,25 @@ class Load:
             task.cancel()
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
 
-    async def _sender(self, i: int) -> None:
+    async def _sender(self, i: int, fleets: int, shards: int) -> None:
+        fleet, shard = i % fleets, i // fleets
+        key = (fleet, shard, shards)
         while i < self.target:
-            k = self._next.get(i, 0)
+            k = self._next.get(key, self._fleet_next.get(fleet, 0))
             if k < self.newest - MAX_LAG_ROUNDS:
                 self.tally.rounds_skipped += self.newest - MAX_LAG_ROUNDS - k
                 k = self.newest - MAX_LAG_ROUNDS
             self.newest = max(self.newest, k)
-            self._next[i] = k + 1
-            for body, n in self.fleet.bodies(i, k, self.start_ms):
-                await self._post(body, n)
+            self._next[key] = k + 1
+            self._fleet_next[fleet] = max(self._fleet_next.get(fleet, 0), k + 1)
+            whole = True
+            for body, n in self.fleet.bodies(fleet, k, self.start_ms, shard, shards):
+                whole = await self._post(body, n) and whole
+            if whole and shards == 1:
+                self.warm.add(fleet)
 
-    async def _post(self, body: bytes, n: int) -> None:
+    async def _post(self, body: bytes, n: int) -> bool:
+        """True if the body was answered 204."""
         assert self.session is not None
         backoff = BACKOFF_MIN_S
         while True:
@@ -212,9 +261,9 @@ class Load:
             self.tally.codes[code] += 1
             if code == "204":
                 self.tally.samples_204 += n
-                return
+                return True
             if code not in ("503", "ServerDisconnectedError", "ClientOSError"):
-                return  # Prometheus drops what it cannot ever send
+                return False  # Prometheus drops what it cannot ever send
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, BACKOFF_MAX_S)
 
@@ -231,47 +280,31 @@ async def scrape_samples(session: aiohttp.ClientSession, base: str) -> Counter[s
     return out
 
 
-async def ready_latency(session: aiohttp.ClientSession, base: str) -> float:
-    started = time.perf_counter()
-    try:
-        async with session.get(f"{base}/-/ready") as reply:
-            await reply.read()
-    except (aiohttp.ClientError, TimeoutError):
-        return float("inf")
-    return time.perf_counter() - started
-
-
 async def phase(
-    name: str, load: Load, senders: int, seconds: float, pid: int, base: str
-) -> dict[str, object]:
+    name: str, load: Load, senders: int, fleets: int, seconds: float, base: str
+) -> dict[str, Any]:
+    """``seconds`` of ``senders`` on ``fleets``: answers and accepted samples, and the
+    phase's span in ``time.monotonic()`` (the parent's samples are matched to it)."""
     assert load.session is not None
     load.tally = Tally()
     before = await scrape_samples(load.session, base)
-    rss = {"start": rss_mib(pid)}
-    peak, ready_max = rss["start"], 0.0
     started = time.monotonic()
-    load.set_senders(senders)
-    while (elapsed := time.monotonic() - started) < seconds:
-        await asyncio.sleep(1.0)
-        ready_max = max(ready_max, await ready_latency(load.session, base))
-        now = rss_mib(pid)
-        peak = max(peak, now)
-        if "mid" not in rss and elapsed >= seconds / 2:
-            rss["mid"] = now
-    elapsed = time.monotonic() - started
-    rss["end"] = rss_mib(pid)
+    load.set_senders(senders, fleets)
+    await asyncio.sleep(seconds)
+    ended = time.monotonic()
     after = await scrape_samples(load.session, base)
     outcomes = after - before
+    await load.stop()
     return {
         "phase": name,
         "senders": senders,
-        "seconds": elapsed,
+        "fleets": fleets,
+        "span": (started, ended),
+        "seconds": ended - started,
         "codes": dict(load.tally.codes),
-        "accepted_per_s": outcomes.pop("accepted", 0) / elapsed,
+        "accepted_per_s": outcomes.pop("accepted", 0) / (ended - started),
         "drops": dict(outcomes),
         "rounds_skipped": load.tally.rounds_skipped,
-        "ready_max_s": ready_max,
-        "rss_mib": {**rss, "peak": max(peak, rss["end"])},
     }
 
 
@@ -281,7 +314,11 @@ async def ramp(load: Load) -> int:
     while n <= MAX_SENDERS:
         load.tally = Tally()
         load.set_senders(n)
+        started = time.monotonic()
         await asyncio.sleep(RAMP_STEP_S)
+        # a slow ingest answers late: a step lasts until each sender had an answer on average
+        while sum(load.tally.codes.values()) < n and time.monotonic() - started < RAMP_MAX_S:
+            await asyncio.sleep(0.5)
         codes = load.tally.codes
         print(f"  ramp: {n:4d} senders  {dict(codes)}", flush=True)
         if codes.get("503"):
@@ -290,7 +327,19 @@ async def ramp(load: Load) -> int:
     return MAX_SENDERS
 
 
-async def drive(fleet: Fleet, port: int, pid: int, seconds: float) -> list[dict[str, object]]:
+async def warm_up(load: Load, fleets: int) -> float:
+    """Run ``fleets`` senders until each fleet had a whole round answered 204 (its series
+    exist before anything is measured), at most ``WARM_MAX_S``; the seconds it took."""
+    started = time.monotonic()
+    load.set_senders(fleets)
+    while not load.warm >= set(range(fleets)) and time.monotonic() - started < WARM_MAX_S:
+        await asyncio.sleep(0.5)
+    await load.stop()
+    print(f"  warm-up: {len(load.warm & set(range(fleets)))} of {fleets} fleets", flush=True)
+    return time.monotonic() - started
+
+
+async def drive(fleet: Fleet, port: int, seconds: float) -> dict[str, Any]:
     base = f"http://127.0.0.1:{port}"
     now_ms = int(time.time() * 1000)
     start_ms = now_ms - now_ms % fleet.interval_ms - 6 * 3600 * 1000  # event time: 6 h ago
@@ -301,29 +350,92 @@ async def drive(fleet: Fleet, port: int, pid: int, seconds: float) -> list[dict[
         load.session = session
         one_x = await ramp(load)
         await load.stop()
+        warm_s = await warm_up(load, one_x)
         await asyncio.sleep(2.0)
-        results = [await phase("1x", load, one_x, seconds, pid, base)]
-        await load.stop()
+        results = [await phase("1x", load, one_x, one_x, seconds, base)]
         await asyncio.sleep(2.0)
-        results.append(await phase("2x", load, 2 * one_x, seconds, pid, base))
-        await load.stop()
-    return results
+        results.append(await phase("2x", load, 2 * one_x, one_x, seconds, base))
+    return {"phases": results, "warm_s": warm_s, "warm_fleets": len(load.warm)}
 
 
-def report(results: list[dict[str, object]], idle_rss: float) -> None:
+def _load_process(fleet: Fleet, port: int, seconds: float, results: Connection) -> None:
+    """The load generator's process: drive, then hand the figures to the parent."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # blocked across the fork
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_DFL)
+    results.send(asyncio.run(drive(fleet, port, seconds)))
+
+
+def ready_latency(base: str) -> float:
+    started = time.perf_counter()
+    try:
+        with urllib.request.urlopen(f"{base}/-/ready", timeout=30) as reply:
+            reply.read()
+    except OSError:
+        return float("inf")
+    return time.perf_counter() - started
+
+
+def watch(
+    pid: int, base: str, load: multiprocessing.process.BaseProcess, results: Connection
+) -> tuple[Any, list[tuple[float, float, float]]]:
+    """Sample the ingest each second -- (monotonic time, RSS MiB, /-/ready seconds) -- until
+    the load generator hands over its figures."""
+    samples: list[tuple[float, float, float]] = []
+    tick = time.monotonic()
+    while not results.poll(max(0.0, tick - time.monotonic())):
+        if not load.is_alive() and not results.poll():
+            raise RuntimeError(f"the load generator exited with status {load.exitcode}")
+        tick += 1.0
+        samples.append((time.monotonic(), rss_mib(pid), ready_latency(base)))
+    return results.recv(), samples
+
+
+def memory(span: tuple[float, float], samples: list[tuple[float, float, float]]) -> dict[str, Any]:
+    """The ingest's RSS and /-/ready over one phase, and whether RSS stayed flat."""
+    rows = [(rss, ready) for t, rss, ready in samples if span[0] <= t <= span[1]]
+    rss = [r for r, _ in rows]
+    growth = growth_mib(rss)
+    return {
+        "rss_mib": {
+            "start": rss[0],
+            "mid": rss[len(rss) // 2],
+            "end": rss[-1],
+            "peak": max(rss),
+            "growth": growth,
+            "samples": len(rss),
+        },
+        "rss_flat": growth is not None and growth < FLAT_FRACTION * rss[0],
+        "ready_max_s": max(ready for _, ready in rows),
+    }
+
+
+def report(results: list[dict[str, Any]], idle_rss: float, warm: tuple[float, int]) -> None:
     print(f"\ningest RSS idle (ready, before any write): {idle_rss:.0f} MiB")
+    print(f"warm-up: {warm[0]:.0f} s, {warm[1]} fleets had a whole round answered 204")
     for r in results:
-        codes = dict(r["codes"])  # type: ignore[call-overload]
+        codes = dict(r["codes"])
         ok, busy = codes.pop("204", 0), codes.pop("503", 0)
         rss = r["rss_mib"]
         print(
-            f"{r['phase']}: {r['senders']} senders, {r['seconds']:.0f} s: "
-            f"204 {ok}, 503 {busy}, other {sum(codes.values())} {codes or ''}; "
-            f"accepted {r['accepted_per_s']:,.0f} samples/s; drops {r['drops']}; "
+            f"{r['phase']}: {r['senders']} senders on {r['fleets']} fleets, "
+            f"{r['seconds']:.0f} s: 204 {ok}, 503 {busy}, other {sum(codes.values())} "
+            f"{codes or ''}; accepted {r['accepted_per_s']:,.0f} samples/s; drops {r['drops']}; "
             f"rounds skipped {r['rounds_skipped']}; slowest /-/ready {r['ready_max_s']:.2f} s; "
-            f"RSS MiB start {rss['start']:.0f} mid {rss['mid']:.0f} "  # type: ignore[index]
-            f"end {rss['end']:.0f} peak {rss['peak']:.0f}"  # type: ignore[index]
+            f"RSS MiB start {rss['start']:.0f} mid {rss['mid']:.0f} end {rss['end']:.0f} "
+            f"peak {rss['peak']:.0f}, growth first -> last third {rss['growth']:+.1f} "
+            f"({rss['samples']} samples)"
         )
+    for r in results:
+        print(
+            f"{r['phase']}: 503s {'yes' if r['codes'].get('503') else 'no'}; RSS "
+            f"{'flat' if r['rss_flat'] else 'NOT flat'} "
+            f"(grew {r['rss_mib']['growth']:+.1f} MiB, flat below {FLAT_FRACTION:.0%} of its start)"
+        )
+
+
+def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)  # unwinds through the finally blocks that stop the children
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -333,6 +445,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--scenario", default="gpu-slow")
     parser.add_argument("--rounds", type=int, default=8, help="distinct simulated rounds")
     args = parser.parse_args(argv)
+    # SIGINT too: started in the background, a shell hands it down ignored
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, _exit_on_signal)
 
     fleet = Fleet(args.scenario, args.rounds)
     for sender in range(MAX_SENDERS):  # before the clock starts: the ramp is not driver-bound
@@ -346,21 +461,47 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="peerwatch-overload-") as tmp:
         workdir = Path(tmp)
         broker = KafkaKRaft(workdir / "kafka") if args.broker == "kraft" else EmbeddedBroker()
-        with broker:
-            run, port = uuid.uuid4().hex[:8], free_port()
-            env = {
-                "PEERWATCH_KAFKA": f"kafka://{broker.bootstrap}",
-                "PEERWATCH_TOPIC_FRAMES": f"overload-{run}-frames",
-                "PEERWATCH_TOPIC_ALERTS": f"overload-{run}-alerts",
-                "PEERWATCH_TOPIC_XID": f"overload-{run}-xid",
-                "PEERWATCH_INGEST_PORT": str(port),
-            }
-            ready = f"http://127.0.0.1:{port}/-/ready"
-            with PeerwatchProcess(["ingest"], env, workdir / "ingest.log", ready) as ingest:
-                assert ingest.pid is not None
-                idle_rss = rss_mib(ingest.pid)
-                results = asyncio.run(drive(fleet, port, ingest.pid, args.seconds))
-    report(results, idle_rss)
+        run, port = uuid.uuid4().hex[:8], free_port()
+        env = {
+            "PEERWATCH_KAFKA": f"kafka://{broker.bootstrap}",
+            "PEERWATCH_TOPIC_FRAMES": f"overload-{run}-frames",
+            "PEERWATCH_TOPIC_ALERTS": f"overload-{run}-alerts",
+            "PEERWATCH_TOPIC_XID": f"overload-{run}-xid",
+            "PEERWATCH_INGEST_PORT": str(port),
+        }
+        base = f"http://127.0.0.1:{port}"
+        ingest = PeerwatchProcess(["ingest"], env, workdir / "ingest.log", f"{base}/-/ready")
+        # fork: the child shares the prepared fleet; it is in our process group (a Ctrl-C
+        # reaches it too), the broker and the ingest lead groups of their own
+        context = multiprocessing.get_context("fork")
+        receive, send = context.Pipe(duplex=False)
+        load = context.Process(target=_load_process, args=(fleet, port, args.seconds, send))
+        try:
+            broker.start()
+            ingest.start()
+            assert ingest.pid is not None
+            print(f"pids: broker {broker.pid}, ingest {ingest.pid}", flush=True)
+            idle_rss = rss_mib(ingest.pid)
+            # a signal inside fork() would be swallowed by its at-fork hooks: hold it until after
+            signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+            try:
+                load.start()
+            finally:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+            print(f"pids: load generator {load.pid}", flush=True)
+            driven, samples = watch(ingest.pid, base, load, receive)
+            load.join()
+            ingest.stop()
+            broker.stop()
+        finally:
+            # whatever happened (signal, exception): no child outlives the bench
+            if load.pid is not None and load.is_alive():
+                load.kill()
+                load.join()
+            ingest.kill()
+            broker.kill()
+    results = [{**r, **memory(r["span"], samples)} for r in driven["phases"]]
+    report(results, idle_rss, (driven["warm_s"], driven["warm_fleets"]))
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
 
 
