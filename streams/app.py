@@ -179,7 +179,8 @@ def create_app(
             log.info("group_moved group=%s", group)
         lost.clear()
 
-    @app.on_partitions_revoked.connect
+    # Faust's stubs want a receiver typed (sender, *args, signal=...); ours name what it sends
+    @app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def _partitions_revoked(sender: Any, revoked: set[Any], **kwargs: Any) -> None:
         # Stop re-sending at once: a worker that is leaving runs no agent step again, and a
         # re-send after the new owner resolved an alert would make it fire again. A group
@@ -190,7 +191,7 @@ def create_app(
             for group in [g for g, p in partition_of.items() if p in gone]:
                 sink.forget_group(group)
 
-    @app.on_partitions_assigned.connect
+    @app.on_partitions_assigned.connect  # type: ignore[arg-type]
     async def _partitions_assigned(sender: Any, assigned: set[Any], **kwargs: Any) -> None:
         # Forgotten by the agent between two frames, never under one half-processed.
         now = {tp.partition for tp in assigned if tp.topic == settings.topic_frames}
@@ -292,7 +293,7 @@ def create_app(
             )
             log.info("xid_line node=%s xid=%d gpu=%s", record.node, event.xid, gpu)
 
-    @app.on_rebalance_complete.connect
+    @app.on_rebalance_complete.connect  # type: ignore[arg-type]
     async def _restored(sender: Any, **kwargs: Any) -> None:
         ready.rebalance_complete()
 

@@ -61,7 +61,10 @@ class DemoPlan:
 
     @property
     def victim(self) -> str:
-        return self.config.faults[0].node  # type: ignore[attr-defined, no-any-return]
+        node = getattr(self.config.faults[0], "node", None)
+        if not isinstance(node, str):
+            raise TypeError("the demo's fault names no node")
+        return node
 
 
 @dataclass

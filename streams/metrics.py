@@ -433,7 +433,9 @@ class NodeSeries:
             if any(totals.values()):
                 remaps.update({(node, kind): n for kind, n in totals.items()})
         self._replace(self.remapped_rows, group, remaps)
-        firing = {(a.node or "", a.alertname, a.severity): 1.0 for a in active}
+        firing: dict[tuple[str, ...], float] = {
+            (a.node or "", a.alertname, a.severity): 1.0 for a in active
+        }
         self._replace(self.alert_firing, group, firing)
 
     def count_xids(self, group: str, changes: Iterable[AlertChange]) -> None:

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 from prometheus_client import Histogram
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def request_timer(histogram: Histogram) -> Callable[[web.Request, Handler], Awaitable[Any]]:
+def request_timer(histogram: Histogram) -> Middleware:
     """Observe every request's time to answer, by route (bounded: unknown paths are one
     ``unmatched``) and status code, including the 4xx/5xx raised as HTTP exceptions."""
 

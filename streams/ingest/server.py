@@ -83,13 +83,16 @@ class Ingest:
         self.membership: MembershipFollower | None = None
         if settings.membership_file or settings.topic_jobs:
             self.membership = MembershipFollower(
-                # the builder lives on the work thread: assignments queue there, in order
-                lambda node, job: self._work.submit(self.builder.assign, node, job),
+                self._assign_on_work_thread,
                 path=settings.membership_file,
                 kafka=settings,
                 topic=settings.topic_jobs,
             )
             self.tasks["membership"] = self.membership.run
+
+    def _assign_on_work_thread(self, node: str, job: str | None) -> None:
+        # the builder lives on the work thread: assignments queue there, in order
+        self._work.submit(self.builder.assign, node, job)
 
     def _reply(self, status: int, text: str | None = None) -> web.Response:
         self.metrics.requests.labels(code=str(status)).inc()

@@ -61,7 +61,8 @@ class AlertmanagerSink:
         auth: httpx.Auth | None = None,
     ) -> None:
         base, url_auth = without_userinfo(url)  # no password in what httpx logs
-        self._auth = auth if auth is not None else url_auth
+        # httpx.Auth() is "no auth", what a request's auth=None meant
+        self._auth: httpx.Auth = auth or url_auth or httpx.Auth()
         self._endpoint = base.rstrip("/") + "/api/v2/alerts"
         self._client = client
         self._resend_s = resend_s
