@@ -160,7 +160,10 @@ def run(
     on_timed: Callable[[], None] | None = None,
 ) -> RunFigures:
     """One fresh pipeline through ``warmup + buckets`` buckets of ``fleet``; ``on_timed``
-    is called as the first timed bucket starts."""
+    is called as the first timed bucket starts. ``warmup`` >= 2: the first bucket
+    closes on its grace period, during the second."""
+    if warmup < 2:
+        raise ValueError("warmup must be >= 2 buckets")
     pipeline = Pipeline.from_settings(settings)
     out = RunFigures([], [], [], 0, pipeline)
     collecting: list[float] = []
@@ -361,7 +364,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--nodes", type=int, default=12_500)
     parser.add_argument("--scenario", default="gpu-slow")
     parser.add_argument("--seed", type=int, default=2000)
-    parser.add_argument("--warmup", type=int, default=4, help="untimed buckets per run")
+    parser.add_argument("--warmup", type=int, default=4, help="untimed buckets per run (>= 2)")
     parser.add_argument("--buckets", type=int, default=5, help="timed buckets per run")
     parser.add_argument("--repeat", type=int, default=3, help="fresh runs at each size")
     parser.add_argument("--no-stages", action="store_true", help="skip the stage-share run")
