@@ -187,7 +187,25 @@ def step_gpu_health(
         changes.extend(_fire(state, change, bucket_ts))
         seen.add(_key(change))
     changes.extend(_expire(state, bucket_ts, seen, params))
-    return changes
+    return _without_stillborn(changes)
+
+
+def _without_stillborn(changes: list[AlertChange]) -> list[AlertChange]:
+    """Drop an alert fired and superseded in the same bucket (two XIDs of one incident, the
+    second escalating the action or severity): it never lived, so neither its firing nor its
+    resolve is sent — sent together, the outbox would deliver the resolve only."""
+    born = {
+        (c.alertname, c.node, c.labels, c.action, c.severity)
+        for c in changes
+        if c.status == "firing" and c.starts_bucket_ts == c.bucket_ts
+    }
+    dead = {
+        key
+        for c in changes
+        if c.status == "resolved"
+        and (key := (c.alertname, c.node, c.labels, c.action, c.severity)) in born
+    }
+    return [c for c in changes if (c.alertname, c.node, c.labels, c.action, c.severity) not in dead]
 
 
 def active_gpu_alerts(state: GpuHealthState) -> list[AlertChange]:

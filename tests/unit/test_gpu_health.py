@@ -132,3 +132,17 @@ def test_an_escalated_action_resolves_the_alert_and_fires_a_new_one(catalog) -> 
     assert [(a.labels, a.action) for a in active_gpu_alerts(state)] == [
         (again.labels, again.action)
     ]
+
+
+def test_an_alert_superseded_in_the_bucket_it_fired_is_not_sent(catalog) -> None:  # type: ignore[no-untyped-def]
+    """Two XIDs of one incident in one bucket (64, then 79 from the kernel log): only the
+    escalated alert goes out, no firing-and-resolve of the first (the outbox would deliver
+    the resolve alone, and chaos counted that firing as lost)."""
+    from detectors.xid import XidEvent
+
+    state = GpuHealthState.new(catalog, GpuHealthParams())
+    _run(state, _frames(), 0)
+    log_79 = XidEvent(xid=79, node="n1", gpu="0", ts_ms=T0 + B + 1_000, source="log")
+    changes = _run(state, _frames({"n1": {"xid_last@0": 64.0}}), 1, log_events=[log_79])
+    assert [(c.status, c.score) for c in changes] == [("firing", 79.0)]
+    assert [a.score for a in active_gpu_alerts(state)] == [79.0]
