@@ -45,7 +45,8 @@ def epoch_ms(rfc3339: str) -> int:
 
 
 DECISION_LINE = re.compile(
-    r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\].*? alert_(firing|resolved) "
+    # the workers' text format (streams.logs) leads with the time; Faust's used brackets
+    r"^\[?(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]?.*? alert_(firing|resolved) "
     r"alertname=(\S+) group=(\S+) node=(\S+) bucket=(\d+)",
     re.M,
 )

@@ -5,7 +5,8 @@ two workers and Alertmanager at 60x real time. A worker is SIGKILLed and
 restarted while it scores; later Alertmanager is stopped for 15 s. Every
 bucket the in-process pipeline scores must be scored live, with all its
 frames, and every alert decided firing must reach Alertmanager's API (or have
-resolved while it was away), with no duplicate episode there.
+resolved while it was away), with no duplicate episode there. The one bucket per
+group in flight at the kill may be scored again by the next owner (at least once).
 """
 
 from __future__ import annotations
@@ -31,7 +32,10 @@ async def test_a_worker_kill_and_an_alertmanager_outage_lose_nothing(
     print(report.render())
     assert report.buckets_expected == 3 * 90
     assert (report.buckets_never, report.buckets_short) == (0, 0), report.details
-    assert report.buckets_by_two_workers == 0, report.details
+    # At least once: the bucket a worker had scored but not yet written to its table
+    # when killed is scored again by the partition's next owner -- one per group at most.
+    rescored = [group for group, _bucket, _workers in report.details["twice"]]
+    assert len(rescored) == len(set(rescored)), report.details
     assert report.firing_decided >= 3
     assert report.firing_lost == 0, report.details
     assert report.am_duplicates == 0

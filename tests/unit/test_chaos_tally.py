@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from streams.chaos.faults import Fault, parse_faults
 from streams.chaos.tally import Samples as SampleCounts
 from streams.chaos.tally import decision_times, identity, scored_buckets, tally
+from streams.logs import log_formatter
 
 B = 30_000
 COLLAPSE = {"alertname": "PeerwatchNodeCollapse", "group": "g", "node": "n1", "source": "peerwatch"}
@@ -136,3 +139,23 @@ def test_an_alert_resolved_before_it_could_leave_the_outbox_is_not_lost() -> Non
         ).firing_lost
         == 1
     )
+
+
+def test_decision_times_read_the_workers_own_log_format() -> None:
+    """The worker's text format lost Faust's brackets: the tally read no decision time
+    and counted every alert that fired and resolved during an outage as lost."""
+    formatter = log_formatter("text")
+    lines = []
+    decisions = ((1796112010.0, "firing", 30000), (1796112020.0, "resolved", 60000))
+    for created, status, bucket in decisions:
+        rec = logging.LogRecord(
+            "peerwatch.worker", logging.INFO, __file__, 1,
+            f"alert_{status} alertname=PeerwatchNodeCollapse group=g node=n1 bucket={bucket} "
+            "score=1", None, None,
+        )  # fmt: skip
+        rec.created = created
+        lines.append(formatter.format(rec))
+    times = decision_times(["\n".join(lines)])
+    fired = times[("firing", "PeerwatchNodeCollapse", "g", "n1", 30000)]
+    resolved = times[("resolved", "PeerwatchNodeCollapse", "g", "n1", 60000)]
+    assert resolved - fired == pytest.approx(10.0)
