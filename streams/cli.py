@@ -261,7 +261,13 @@ def simulate(
     help="Report on seeds never used for tuning.",
 )
 @click.option("--long", "include_long", is_flag=True, help="Include the multi-day scenarios.")
-@click.option("--jobs", default=2, show_default=True, help="Worker processes.")
+@click.option(
+    "--jobs",
+    default=lambda: os.cpu_count() or 1,
+    show_default="CPU count",
+    type=int,
+    help="Worker processes.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option(
     "--details", is_flag=True, help="With --json: every fault, event and false page per run."
@@ -294,6 +300,7 @@ def evaluate(
 
     from streams.evaluation import build_report, render_markdown, render_text, summarize
     from streams.evaluation.runner import run_suite
+    from streams.progress import progress
     from streams.sources.simulator import scenarios as library
 
     try:
@@ -311,7 +318,14 @@ def evaluate(
     pool = library.REPORTING_SEEDS if seed_set == "reporting" else library.TUNING_SEEDS
     seed_list = list(pool)[: seeds or library.DEFAULT_SEEDS]
     started = time.perf_counter()
-    results = run_suite([sc.name for sc in chosen], seed_list, jobs=jobs, plot_first=bool(plot))
+    with progress(len(chosen) * len(seed_list), "runs") as advance:
+        results = run_suite(
+            [sc.name for sc in chosen],
+            seed_list,
+            jobs=jobs,
+            plot_first=bool(plot),
+            on_done=lambda r: advance(f"{r.scenario} seed {r.seed}"),
+        )
     runtime = time.perf_counter() - started
     runs: dict[str, list] = {}
     per_scenario: dict[str, float] = {}

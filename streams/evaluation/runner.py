@@ -15,8 +15,8 @@ worker processes.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 
 from detectors.alerts import AlertChange
@@ -98,13 +98,33 @@ def run_one(name: str, seed: int, keep_scores: bool = False) -> RunResult:
 
 
 def run_suite(
-    names: Sequence[str], seeds: Iterable[int], *, jobs: int = 2, plot_first: bool = False
+    names: Sequence[str],
+    seeds: Iterable[int],
+    *,
+    jobs: int = 2,
+    plot_first: bool = False,
+    on_done: Callable[[RunResult], None] | None = None,
 ) -> list[RunResult]:
-    """Every (scenario, seed) pair, ``jobs`` processes at a time, in a stable order."""
+    """Every (scenario, seed) pair, ``jobs`` processes at a time, in a stable order.
+
+    The longest runs start first (``rounds_per_seed``), so that the pool does
+    not end on one long run with the other processes idle; ``on_done`` is
+    called as each run finishes (a progress bar)."""
     pairs = [(name, seed) for name in names for seed in seeds]
     keep = [plot_first and i == 0 for i in range(len(pairs))]
+    done = on_done or (lambda _result: None)
     if jobs <= 1:
-        return [run_one(n, s, k) for (n, s), k in zip(pairs, keep, strict=True)]
+        results = []
+        for (name, seed), k in zip(pairs, keep, strict=True):
+            results.append(run_one(name, seed, k))
+            done(results[-1])
+        return results
+    cost = {name: get_scenario(name).rounds_per_seed for name in names}
+    order = sorted(range(len(pairs)), key=lambda i: -cost[pairs[i][0]])
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(run_one, n, s, k) for (n, s), k in zip(pairs, keep, strict=True)]
-        return [f.result() for f in futures]
+        futures = {pool.submit(run_one, *pairs[i], keep[i]): i for i in order}
+        by_index: dict[int, RunResult] = {}
+        for future in as_completed(futures):
+            by_index[futures[future]] = future.result()
+            done(by_index[futures[future]])
+    return [by_index[i] for i in range(len(pairs))]
