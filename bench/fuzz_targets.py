@@ -35,7 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import fuzz_wire as wire
-from detectors.xid import SEVERITIES, XidCatalog, normalize_pci_bus_id, parse_kernel_line
+from detectors.xid.actions import SEVERITIES
+from detectors.xid.catalog import XidCatalog
+from detectors.xid.kernel_log import normalize_pci_bus_id, parse_kernel_line
 from streams.catalog import load_xid_catalog
 from streams.deploy_config import catalog_metric_names
 from streams.ingest.membership import JobMembership, MembershipError, parse_event

@@ -32,15 +32,10 @@ from detectors.alerts import AlertChange
 from detectors.features import split_per_gpu_key
 from detectors.fusion import Signal
 from detectors.remap import RemapParams, RemapTracker, RemapVerdict
-from detectors.xid import (
-    EscalationParams,
-    XidCatalog,
-    XidDecision,
-    XidEscalator,
-    XidEvent,
-    XidGaugeParams,
-    XidGaugeTracker,
-)
+from detectors.xid.catalog import XidCatalog
+from detectors.xid.escalation import EscalationParams, XidDecision, XidEscalator
+from detectors.xid.events import XidEvent
+from detectors.xid.gauge import XidGaugeParams, XidGaugeTracker
 
 XID_ALERT = "PeerwatchXid"
 REMAP_ALERT = "PeerwatchRowRemap"

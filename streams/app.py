@@ -25,7 +25,7 @@ from typing import Any
 import faust
 from faust.types import TP
 
-from detectors.xid import parse_kernel_line
+from detectors.xid.kernel_log import parse_kernel_line
 from streams.acks import BucketAcks
 from streams.alerting import AlertLinks, to_payload, to_record
 from streams.kafka import faust_credentials

@@ -44,7 +44,9 @@ from detectors.gpu_health import (
     active_gpu_alerts,
     step_gpu_health,
 )
-from detectors.xid import XidCatalog, XidEvent, normalize_pci_bus_id
+from detectors.xid.catalog import XidCatalog
+from detectors.xid.events import XidEvent
+from detectors.xid.kernel_log import normalize_pci_bus_id
 
 PCI_KEY = "pci_bus_id"  # frame gpus entries "pci_bus_id@<gpu>" -> the GPU's bus id
 

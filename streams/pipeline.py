@@ -51,7 +51,8 @@ from detectors.features import DEFAULT_FEATURES, FeatureSpec, class_of, select_f
 from detectors.gpu_health import GpuHealthParams
 from detectors.group import BucketResult, GroupState, ScoringParams, score_bucket
 from detectors.phase import Phase
-from detectors.xid import XidCatalog, XidEvent
+from detectors.xid.catalog import XidCatalog
+from detectors.xid.events import XidEvent
 from streams.catalog import load_xid_catalog
 from streams.node_health import NodeHealth, ended
 from streams.settings import Settings

@@ -14,7 +14,7 @@ import tomllib
 from importlib import resources
 from typing import Any
 
-from detectors.xid import XidCatalog
+from detectors.xid.catalog import XidCatalog
 
 __all__ = ["XID_CATALOG_RESOURCE", "load_xid_catalog", "xid_catalog_data"]
 

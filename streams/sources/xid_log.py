@@ -26,7 +26,7 @@ from typing import BinaryIO
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from detectors.xid import parse_kernel_line
+from detectors.xid.kernel_log import parse_kernel_line
 from streams.ingest.wal import WriteAheadLog
 from streams.kafka import client_options, start_client
 from streams.records import XidLine

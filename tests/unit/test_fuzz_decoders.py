@@ -27,7 +27,8 @@ from bench.fuzz_targets import (
     distinct_series_body,
     toml_document,
 )
-from detectors.xid import XidCatalog, parse_kernel_line
+from detectors.xid.catalog import XidCatalog
+from detectors.xid.kernel_log import parse_kernel_line
 from streams.catalog import load_xid_catalog, xid_catalog_data
 from streams.deploy_config import catalog_metric_names
 from streams.ingest.frames import frame_builder_for

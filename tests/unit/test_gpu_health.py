@@ -138,7 +138,7 @@ def test_an_alert_superseded_in_the_bucket_it_fired_is_not_sent(catalog) -> None
     """Two XIDs of one incident in one bucket (64, then 79 from the kernel log): only the
     escalated alert goes out, no firing-and-resolve of the first (the outbox would deliver
     the resolve alone, and chaos counted that firing as lost)."""
-    from detectors.xid import XidEvent
+    from detectors.xid.events import XidEvent
 
     state = GpuHealthState.new(catalog, GpuHealthParams())
     _run(state, _frames(), 0)

@@ -11,17 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from detectors.xid import (
-    EscalationParams,
-    XidCatalog,
-    XidDecision,
-    XidEscalator,
-    XidEvent,
-    XidGaugeParams,
-    XidGaugeTracker,
-    normalize_pci_bus_id,
-    parse_kernel_line,
-)
+from detectors.xid.catalog import XidCatalog
+from detectors.xid.escalation import EscalationParams, XidDecision, XidEscalator
+from detectors.xid.events import XidEvent
+from detectors.xid.gauge import XidGaugeParams, XidGaugeTracker
+from detectors.xid.kernel_log import normalize_pci_bus_id, parse_kernel_line
 from streams.catalog import load_xid_catalog
 
 S = 1_000

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from detectors.xid import ACTIONS, SEVERITIES, XidCatalog, XidEntry, action_rank, is_action
+from detectors.xid.actions import ACTIONS, SEVERITIES, action_rank, is_action
+from detectors.xid.catalog import XidCatalog, XidEntry
 from streams.catalog import load_xid_catalog, xid_catalog_data
 
 

@@ -1,0 +1,419 @@
+"""XID events in time order per (node, gpu) → :class:`XidDecision`, escalating repeats.
+
+The decision is the catalog action, escalated when the fault repeats, with
+the report's retry backoff (10 → 20 → 40 min) for RESTART_APP.
+
+Escalation works on *incidents*: one fault logs a burst (145, 149, 79 and 45
+within seconds; several lines of 13; the log line and the gauge change for the
+same XID), and a burst must not count as a repeat. Events on one GPU closer
+than ``incident_gap_ms`` to the incident's last actionable event belong to it;
+the incident's action is the most disruptive one seen so far (never lowered),
+and repeats are counted between incidents. Within ``window_ms`` (24 h):
+
+* an XID whose entry has ``repeat_action`` and that already appeared in an
+  earlier incident gets that action (79: RESTART_BM, then CONTACT_SUPPORT);
+* a reset-class XID (RESET_GPU, RESTART_VM, RESTART_BM) after an earlier
+  reset-class incident gets ``repeated_reset_action`` (CONTACT_SUPPORT): the
+  reset did not fix the GPU, so stop retrying on it and use a spare.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from detectors.xid.actions import RESET_CLASS, SEVERITY_RANK, Severity, action_rank, is_action
+from detectors.xid.catalog import XidCatalog, XidEntry
+from detectors.xid.events import XidEvent, _opt_str
+
+__all__ = ["EscalationParams", "XidDecision", "XidEscalator"]
+
+MINUTE_MS = 60_000
+HOUR_MS = 60 * MINUTE_MS
+
+
+@dataclass(frozen=True)
+class EscalationParams:
+    """Windows and backoff of :class:`XidEscalator` (times in ms).
+
+    ``window_ms`` (24 h): how far back a repeat counts. ``incident_gap_ms``
+    (5 min): events on one GPU closer than this to the incident's last
+    actionable event are the same incident — one fault logs a burst within
+    seconds, while a retried job fails again only after the retry delay
+    (>= 10 min) plus the checkpoint load (~31 min median in the report).
+    ``retry_backoff_ms`` (10, 20, 40 min): the report's proposed delay before
+    the 1st, 2nd, 3rd… consecutive RESTART_APP retry (the last value repeats).
+    ``retry_streak_gap_ms`` (2 h): a RESTART_APP incident that starts within
+    this of the previous one continues the streak (40-min delay + ~31-min load
+    + a short run fits); a longer gap means the job trained in between.
+    ``repeated_reset_action``: the action for a reset-class XID after an
+    earlier reset-class incident within the window. ``max_xids_per_gpu``
+    bounds how many distinct codes one GPU's state remembers.
+    """
+
+    window_ms: int = 24 * HOUR_MS
+    incident_gap_ms: int = 5 * MINUTE_MS
+    retry_backoff_ms: tuple[int, ...] = (10 * MINUTE_MS, 20 * MINUTE_MS, 40 * MINUTE_MS)
+    retry_streak_gap_ms: int = 2 * HOUR_MS
+    repeated_reset_action: str = "CONTACT_SUPPORT"
+    max_xids_per_gpu: int = 32
+
+    def __post_init__(self) -> None:
+        for name in ("window_ms", "incident_gap_ms", "retry_streak_gap_ms", "max_xids_per_gpu"):
+            _positive_int(name, getattr(self, name))
+        if self.incident_gap_ms >= self.window_ms:
+            raise ValueError("incident_gap_ms must be shorter than window_ms")
+        if not isinstance(self.retry_backoff_ms, tuple) or not self.retry_backoff_ms:
+            raise ValueError("retry_backoff_ms must be a non-empty tuple of ms")
+        for value in self.retry_backoff_ms:
+            _positive_int("retry_backoff_ms", value)
+        if not is_action(self.repeated_reset_action):
+            raise ValueError(f"unknown repeated_reset_action {self.repeated_reset_action!r}")
+
+    @property
+    def memory_ms(self) -> int:
+        """How long a quiet GPU's state can still change a decision."""
+        return max(self.window_ms, self.retry_streak_gap_ms, self.incident_gap_ms)
+
+
+def _positive_int(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+
+
+@dataclass(frozen=True)
+class XidDecision:
+    """What to do about one XID on one GPU, given what this GPU did before.
+
+    ``action`` is the GPU's current incident action (never lower than an
+    earlier event of the same incident); ``catalog_action`` what the catalog
+    says for this XID alone. ``escalated``: the action was raised by a repeat
+    rule. ``changed``: this event raised the GPU's action or severity (send it to the
+    scheduler); False for events absorbed by an incident already at that
+    action or higher, and for IGNORE. ``retry_after_ms``: for RESTART_APP, the
+    backoff before the retry. ``incident_ts_ms``: when the incident began.
+    """
+
+    node: str
+    gpu: str
+    xid: int
+    name: str
+    severity: Severity
+    action: str
+    escalated: bool
+    reason: str
+    ts_ms: int
+    catalog_action: str
+    incident_ts_ms: int
+    changed: bool
+    retry_after_ms: int | None = None
+    substatus: str | None = None
+    text: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "gpu": self.gpu,
+            "xid": self.xid,
+            "name": self.name,
+            "severity": self.severity,
+            "action": self.action,
+            "escalated": self.escalated,
+            "reason": self.reason,
+            "ts_ms": self.ts_ms,
+            "catalog_action": self.catalog_action,
+            "incident_ts_ms": self.incident_ts_ms,
+            "changed": self.changed,
+            "retry_after_ms": self.retry_after_ms,
+            "substatus": self.substatus,
+            "text": self.text,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> XidDecision:
+        retry = data.get("retry_after_ms")
+        severity = data["severity"]
+        if severity not in SEVERITY_RANK:
+            raise ValueError(f"unknown severity {severity!r}")
+        for name in ("action", "catalog_action"):
+            action_rank(data[name])
+        return cls(
+            node=str(data["node"]),
+            gpu=str(data["gpu"]),
+            xid=int(data["xid"]),
+            name=str(data["name"]),
+            severity=severity,
+            action=data["action"],
+            escalated=bool(data["escalated"]),
+            reason=str(data["reason"]),
+            ts_ms=int(data["ts_ms"]),
+            catalog_action=data["catalog_action"],
+            incident_ts_ms=int(data["incident_ts_ms"]),
+            changed=bool(data["changed"]),
+            retry_after_ms=None if retry is None else int(retry),
+            substatus=_opt_str(data.get("substatus")),
+            text=str(data.get("text", "")),
+        )
+
+
+@dataclass
+class _GpuHistory:
+    """One GPU's escalation memory: plain ints and strings, serialised by ``to_dict``."""
+
+    incident_start_ms: int
+    incident_last_ms: int
+    action: str = "IGNORE"
+    severity: Severity = "info"
+    escalated: bool = False
+    cause_xid: int = 0
+    reset: bool = False  # a reset-class XID belongs to the current incident
+    xids: list[int] = field(default_factory=list)  # codes in the current incident
+    retry_counted: bool = False
+    retry_after_ms: int | None = None
+    reset_before_ms: int | None = None  # start of the latest earlier reset-class incident
+    seen_before: dict[int, int] = field(default_factory=dict)  # xid → start of earlier incident
+    retry_streak: int = 0
+    last_retry_ms: int | None = None  # start of the latest RESTART_APP incident
+
+
+class XidEscalator:
+    """XID events → :class:`XidDecision`, escalating repeats per (node, gpu).
+
+    Feed events in time order per GPU (a late event joins the open incident).
+    The catalog is configuration, not state: pass the same one to
+    :meth:`from_dict`.
+    """
+
+    def __init__(self, catalog: XidCatalog, params: EscalationParams | None = None) -> None:
+        self.catalog = catalog
+        self.params = params or EscalationParams()
+        self._gpus: dict[tuple[str, str], _GpuHistory] = {}
+
+    def __len__(self) -> int:
+        return len(self._gpus)
+
+    def decide(self, event: XidEvent) -> XidDecision:
+        """The decision for ``event``; it must carry ``node``, ``gpu`` and ``ts_ms``."""
+        if event.node is None or event.gpu is None or event.ts_ms is None:
+            raise ValueError(
+                f"XID {event.xid} event needs node, gpu and ts_ms (XidEvent.with_origin): {event}"
+            )
+        p = self.params
+        ts = event.ts_ms
+        entry = self.catalog.lookup(event.xid, event.substatus)
+        key = (event.node, event.gpu)
+        hist = self._gpus.get(key)
+        if hist is None or ts - hist.incident_last_ms > p.incident_gap_ms:
+            hist = self._open_incident(hist, ts)
+            self._gpus[key] = hist
+
+        action, severity, escalated, reason = self._candidate(entry, event, hist, ts)
+        if entry.action in RESET_CLASS:
+            hist.reset = True
+        if event.xid not in hist.xids and len(hist.xids) < p.max_xids_per_gpu:
+            hist.xids.append(event.xid)
+        if action != "IGNORE":  # a stream of ignorable XIDs must not keep an incident open
+            hist.incident_last_ms = max(hist.incident_last_ms, ts)
+
+        raised = action_rank(action) > action_rank(hist.action)
+        if raised:
+            hist.action, hist.escalated, hist.cause_xid = action, escalated, event.xid
+        # A more severe XID in the same incident (145 then 79) must reach on-call
+        # even when the action stays: the alert's severity changes.
+        severity_raised = (
+            SEVERITY_RANK[severity] > SEVERITY_RANK[hist.severity] and action != "IGNORE"
+        )
+        if severity_raised:
+            hist.severity = severity
+        if raised and hist.action == "RESTART_APP" and not hist.retry_counted:
+            self._step_retry(hist)
+        elif action_rank(hist.action) > action_rank("RESTART_APP"):
+            hist.retry_streak, hist.last_retry_ms, hist.retry_after_ms = 0, None, None
+
+        if not raised and not severity_raised:
+            reason = f"{_describe(entry, self.catalog)}; " + (
+                "no action"
+                if hist.action == "IGNORE"
+                else f"incident since {hist.incident_start_ms} ms already at {hist.action} "
+                f"(XID {hist.cause_xid})"
+            )
+        elif hist.action == "RESTART_APP" and hist.retry_after_ms is not None:
+            reason += (
+                f"; retry in {_duration(hist.retry_after_ms)} "
+                f"(consecutive RESTART_APP #{hist.retry_streak})"
+            )
+        return XidDecision(
+            node=event.node,
+            gpu=event.gpu,
+            xid=event.xid,
+            name=entry.name,
+            severity=hist.severity,
+            action=hist.action,
+            escalated=hist.escalated,
+            reason=reason,
+            ts_ms=ts,
+            catalog_action=entry.action,
+            incident_ts_ms=hist.incident_start_ms,
+            changed=raised or severity_raised,
+            retry_after_ms=hist.retry_after_ms if hist.action == "RESTART_APP" else None,
+            substatus=entry.substatus,
+            text=entry.text,
+        )
+
+    def _open_incident(self, old: _GpuHistory | None, ts: int) -> _GpuHistory:
+        p = self.params
+        new = _GpuHistory(incident_start_ms=ts, incident_last_ms=ts)
+        if old is None:
+            return new
+        new.reset_before_ms = old.incident_start_ms if old.reset else old.reset_before_ms
+        seen = dict(old.seen_before)
+        for xid in old.xids:
+            seen[xid] = old.incident_start_ms
+        recent = sorted(((t, x) for x, t in seen.items() if ts - t <= p.window_ms), reverse=True)[
+            : p.max_xids_per_gpu
+        ]
+        new.seen_before = {x: t for t, x in recent}
+        if new.reset_before_ms is not None and ts - new.reset_before_ms > p.window_ms:
+            new.reset_before_ms = None
+        if old.last_retry_ms is not None and ts - old.last_retry_ms <= p.retry_streak_gap_ms:
+            new.retry_streak, new.last_retry_ms = old.retry_streak, old.last_retry_ms
+        return new
+
+    def _candidate(
+        self, entry: XidEntry, event: XidEvent, hist: _GpuHistory, ts: int
+    ) -> tuple[str, Severity, bool, str]:
+        p = self.params
+        action, severity = entry.action, entry.severity
+        reason = _describe(entry, self.catalog)
+        before = hist.seen_before.get(event.xid)
+        if (
+            entry.repeat_action is not None
+            and before is not None
+            and ts - before <= p.window_ms
+            and action_rank(entry.repeat_action) > action_rank(action)
+        ):
+            return (
+                entry.repeat_action,
+                "critical",
+                True,
+                f"{reason}; XID {event.xid} again {_duration(ts - before)} after the incident "
+                f"at {before} ms → {entry.repeat_action}",
+            )
+        prev_reset = hist.reset_before_ms
+        if (
+            entry.action in RESET_CLASS
+            and prev_reset is not None
+            and ts - prev_reset <= p.window_ms
+            and action_rank(p.repeated_reset_action) > action_rank(action)
+        ):
+            return (
+                p.repeated_reset_action,
+                "critical",
+                True,
+                f"{reason}; second reset-class incident within {_duration(p.window_ms)} "
+                f"(previous at {prev_reset} ms, {_duration(ts - prev_reset)} earlier): the reset "
+                f"did not fix the GPU → {p.repeated_reset_action}",
+            )
+        return action, severity, False, reason
+
+    def _step_retry(self, hist: _GpuHistory) -> None:
+        backoff = self.params.retry_backoff_ms
+        hist.retry_streak += 1
+        hist.last_retry_ms = hist.incident_start_ms
+        hist.retry_counted = True
+        hist.retry_after_ms = backoff[min(hist.retry_streak, len(backoff)) - 1]
+
+    def prune(self, now_ms: int) -> int:
+        """Forget GPUs quiet for longer than any rule looks back; return how many."""
+        horizon = now_ms - self.params.memory_ms
+        stale = [k for k, h in self._gpus.items() if h.incident_last_ms < horizon]
+        for key in stale:
+            del self._gpus[key]
+        return len(stale)
+
+    def decide_all(self, events: Iterable[XidEvent]) -> list[XidDecision]:
+        """:meth:`decide` for each event in order."""
+        return [self.decide(e) for e in events]
+
+    def to_dict(self) -> dict[str, Any]:
+        gpus = []
+        for (node, gpu), h in sorted(self._gpus.items()):
+            gpus.append(
+                {
+                    "node": node,
+                    "gpu": gpu,
+                    "incident_start_ms": h.incident_start_ms,
+                    "incident_last_ms": h.incident_last_ms,
+                    "action": h.action,
+                    "severity": h.severity,
+                    "escalated": h.escalated,
+                    "cause_xid": h.cause_xid,
+                    "reset": h.reset,
+                    "xids": list(h.xids),
+                    "retry_counted": h.retry_counted,
+                    "retry_after_ms": h.retry_after_ms,
+                    "reset_before_ms": h.reset_before_ms,
+                    "seen_before": sorted([x, t] for x, t in h.seen_before.items()),
+                    "retry_streak": h.retry_streak,
+                    "last_retry_ms": h.last_retry_ms,
+                }
+            )
+        return {"version": 1, "gpus": gpus}
+
+    @classmethod
+    def from_dict(
+        cls,
+        data: Mapping[str, Any],
+        catalog: XidCatalog,
+        params: EscalationParams | None = None,
+    ) -> XidEscalator:
+        if data.get("version") != 1:
+            raise ValueError(f"unsupported XID escalation state version {data.get('version')!r}")
+        esc = cls(catalog, params)
+        for row in data.get("gpus", ()):
+            action_rank(row["action"])
+            severity = row["severity"]
+            if severity not in SEVERITY_RANK:
+                raise ValueError(f"unknown severity in XID escalation state: {severity!r}")
+            esc._gpus[(str(row["node"]), str(row["gpu"]))] = _GpuHistory(
+                incident_start_ms=int(row["incident_start_ms"]),
+                incident_last_ms=int(row["incident_last_ms"]),
+                action=row["action"],
+                severity=severity,
+                escalated=bool(row["escalated"]),
+                cause_xid=int(row["cause_xid"]),
+                reset=bool(row["reset"]),
+                xids=[int(x) for x in row["xids"]],
+                retry_counted=bool(row["retry_counted"]),
+                retry_after_ms=_opt_int(row.get("retry_after_ms")),
+                reset_before_ms=_opt_int(row.get("reset_before_ms")),
+                seen_before={int(x): int(t) for x, t in row.get("seen_before", ())},
+                retry_streak=int(row["retry_streak"]),
+                last_retry_ms=_opt_int(row.get("last_retry_ms")),
+            )
+        return esc
+
+
+def _opt_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _describe(entry: XidEntry, catalog: XidCatalog) -> str:
+    sub = f" [{entry.substatus}]" if entry.substatus else ""
+    if not entry.known:
+        return (
+            f"XID {entry.xid} is not in the {catalog.profile!r} catalog: "
+            f"{entry.action} (default for unknown XIDs)"
+        )
+    return (
+        f"XID {entry.xid}{sub} ({entry.name}): {entry.action} per the {catalog.profile!r} catalog"
+    )
+
+
+def _duration(ms: int) -> str:
+    if ms >= HOUR_MS:
+        return f"{ms / HOUR_MS:.1f} h"
+    if ms >= MINUTE_MS:
+        return f"{ms / MINUTE_MS:.0f} min"
+    return f"{ms / 1000:.0f} s"
