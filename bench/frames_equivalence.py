@@ -31,7 +31,8 @@ from typing import Any
 
 from bench.baseline_frames import BaselineFrameBuilder
 from bench.ingest_bench import make_builder
-from detectors.features import DEFAULT_FEATURES, FeatureSpec
+from detectors.features import FeatureSpec
+from streams.catalog import DEFAULT_FEATURES
 from streams.evaluation.runner import evaluation_settings
 from streams.ingest.frames import FrameBuilder, FrameData
 from streams.ingest.remote_write import STALE_NAN

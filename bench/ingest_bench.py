@@ -55,10 +55,10 @@ Builder = Any  # FrameBuilder or BaselineFrameBuilder: the same interface
 
 def make_builder(cls: type, settings: Settings) -> Builder:
     """A builder of ``cls`` configured as ``streams.ingest.frames.frame_builder_for`` does."""
-    from detectors.features import DEFAULT_FEATURES, select_features
+    from streams.catalog import features_for
 
     return cls(
-        select_features(DEFAULT_FEATURES, settings.features),
+        features_for(settings),
         node_labels=tuple(settings.node_labels),
         group_labels=tuple(settings.group_labels),
         bucket_ms=settings.bucket_ms,

@@ -55,7 +55,7 @@ from typing import Any
 
 from faust.serializers import codecs
 
-from detectors import features as feature_catalog
+from streams import catalog as feature_catalog
 from streams.ingest.frames import FrameData
 from streams.ingest.producer import encode_frame
 from streams.offline import build_pair

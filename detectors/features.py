@@ -5,16 +5,19 @@ more source series (a metric name plus label matchers); counters become
 per-second rates, per-GPU (or per-mount) series are reduced to the node's worst
 one, and a ``per`` denominator turns totals into "seconds per request".
 
-The catalog is data, not code branches: the ingest's frame builder and the
-detectors both read it, and operators can select a subset in settings.
+The catalog is data, not code branches: ``streams/catalog/features.toml``,
+parsed here (:func:`features_from_data`) and read by the ingest's frame builder
+and the detectors; operators add features from files and select a subset in
+settings.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import math
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal, get_args
 
 Kind = Literal["counter", "gauge"]
 Reduce = Literal["max", "min", "sum"]
@@ -76,401 +79,115 @@ class FeatureSpec:
             raise ValueError(f"{self.name}: collapse_ratio must be in (0, 1)")
 
 
-# The default catalog. Floors are in the feature's own unit and sized to the
-# exporter's resolution (e.g. 1 % GPU util, 1 process, 1 K interrupts/s), so a
-# group of identical peers does not turn rounding noise into large z.
-DEFAULT_FEATURES: tuple[FeatureSpec, ...] = (
-    FeatureSpec(
-        "gpu_util",
-        ("DCGM_FI_DEV_GPU_UTIL", "all_smi_gpu_utilization"),
-        "gauge",
-        reduce="min",
-        direction="down",
-        abs_floor=2.0,
-        rel_floor=0.02,
-        klass="compute",
-    ),
-    FeatureSpec(
-        "gpu_power_w",
-        ("DCGM_FI_DEV_POWER_USAGE", "all_smi_gpu_power_consumption_watts"),
-        "gauge",
-        reduce="min",
-        direction="both",
-        abs_floor=10.0,
-        rel_floor=0.02,
-        klass="compute",
-    ),
-    FeatureSpec(
-        "gpu_temp_c",
-        ("DCGM_FI_DEV_GPU_TEMP", "all_smi_gpu_temperature_celsius"),
-        "gauge",
-        reduce="max",
-        direction="up",
-        abs_floor=1.5,
-        rel_floor=0.01,
-        klass="compute",
-        corroborating=True,
-    ),
-    FeatureSpec(
-        "intr_rate",
-        ("node_intr_total",),
-        "counter",
-        reduce="sum",
-        direction="down",
-        abs_floor=2_000.0,
-        rel_floor=0.02,
-        collapse_ratio=0.5,
-        collapse_min_median=20_000.0,
-        klass="host",
-    ),
-    FeatureSpec(
-        "procs_running",
-        ("node_procs_running",),
-        "gauge",
-        reduce="sum",
-        direction="down",
-        abs_floor=1.0,
-        rel_floor=0.05,
-        collapse_ratio=0.2,
-        collapse_min_median=3.0,
-        klass="host",
-    ),
-    FeatureSpec(
-        "pgpgout_rate",
-        ("node_vmstat_pgpgout",),
-        "counter",
-        reduce="sum",
-        direction="up",
-        abs_floor=100.0,
-        rel_floor=0.05,
-        klass="host",
-    ),
-    FeatureSpec(
-        "nfs_getattr_rtt_s",
-        ("node_mountstats_nfs_operations_response_time_seconds_total",),
-        "counter",
-        match={"operation": "GETATTR"},
-        per="node_mountstats_nfs_operations_requests_total",
-        reduce="max",
-        direction="up",
-        abs_floor=5e-4,
-        rel_floor=0.05,
-        klass="host",
-    ),
-    FeatureSpec(
-        "nfs_write_queue_s",
-        ("node_mountstats_nfs_operations_queue_time_seconds_total",),
-        "counter",
-        match={"operation": "WRITE"},
-        per="node_mountstats_nfs_operations_requests_total",
-        reduce="max",
-        direction="up",
-        abs_floor=0.05,
-        rel_floor=0.05,
-        klass="host",
-    ),
-    FeatureSpec(
-        "procs_blocked",
-        ("node_procs_blocked",),
-        "gauge",
-        reduce="sum",
-        direction="up",
-        abs_floor=1.0,
-        rel_floor=0.1,
-        klass="cpu",
-    ),
-    FeatureSpec(
-        "ctx_switch_rate",
-        ("node_context_switches_total",),
-        "counter",
-        reduce="sum",
-        direction="both",
-        abs_floor=2_000.0,
-        rel_floor=0.05,
-        klass="cpu",
-    ),
-    FeatureSpec(
-        "cpu_idle_cores",
-        ("node_cpu_seconds_total",),
-        "counter",
-        match={"mode": "idle"},
-        reduce="sum",
-        direction="down",
-        abs_floor=0.5,
-        rel_floor=0.05,
-        klass="cpu",
-    ),
-    FeatureSpec(
-        "tcp_alloc",
-        ("node_sockstat_TCP_alloc",),
-        "gauge",
-        reduce="sum",
-        direction="both",
-        abs_floor=10.0,
-        rel_floor=0.05,
-        klass="host",
-    ),
-    FeatureSpec(  # kernel memory: slab growth precedes some driver / filesystem hangs
-        "slab_bytes",
-        ("node_memory_Slab_bytes",),
-        "gauge",
-        reduce="sum",
-        direction="up",
-        abs_floor=64e6,
-        rel_floor=0.05,
-        klass="host",
-    ),
-    FeatureSpec(
-        "nfs_getattr_queue_s",
-        ("node_mountstats_nfs_operations_queue_time_seconds_total",),
-        "counter",
-        match={"operation": "GETATTR"},
-        per="node_mountstats_nfs_operations_requests_total",
-        reduce="max",
-        direction="up",
-        abs_floor=5e-4,
-        rel_floor=0.05,
-        klass="host",
-    ),
-    FeatureSpec(
-        "nfs_read_rtt_s",
-        ("node_mountstats_nfs_operations_response_time_seconds_total",),
-        "counter",
-        match={"operation": "READ"},
-        per="node_mountstats_nfs_operations_requests_total",
-        reduce="max",
-        direction="up",
-        abs_floor=5e-3,
-        rel_floor=0.05,
-        klass="host",
-    ),
-    FeatureSpec(
-        "nfs_read_queue_s",
-        ("node_mountstats_nfs_operations_queue_time_seconds_total",),
-        "counter",
-        match={"operation": "READ"},
-        per="node_mountstats_nfs_operations_requests_total",
-        reduce="max",
-        direction="up",
-        abs_floor=5e-3,
-        rel_floor=0.05,
-        klass="host",
-    ),
-    FeatureSpec(
-        "nfs_write_rtt_s",
-        ("node_mountstats_nfs_operations_response_time_seconds_total",),
-        "counter",
-        match={"operation": "WRITE"},
-        per="node_mountstats_nfs_operations_requests_total",
-        reduce="max",
-        direction="up",
-        abs_floor=0.05,
-        rel_floor=0.05,
-        klass="host",
-    ),
-    # NFS traffic in bytes/s (every mount summed): what the phase rules read
-    # (detectors.phase: a checkpoint save is a write burst, a restart load a
-    # read burst); carried in frames, not peer-scored.
-    FeatureSpec(
-        "nfs_write_bytes_rate",
-        ("node_mountstats_nfs_write_bytes_total",),
-        "counter",
-        reduce="sum",
-        scored=False,
-    ),
-    FeatureSpec(
-        "nfs_read_bytes_rate",
-        ("node_mountstats_nfs_read_bytes_total",),
-        "counter",
-        reduce="sum",
-        scored=False,
-    ),
-    FeatureSpec(
-        "gpu_sm_active",
-        ("DCGM_FI_PROF_SM_ACTIVE",),
-        "gauge",
-        reduce="min",
-        direction="both",
-        abs_floor=0.02,
-        rel_floor=0.02,
-        klass="compute",
-    ),
-    FeatureSpec(
-        "gpu_sm_clock_mhz",
-        ("DCGM_FI_DEV_SM_CLOCK", "all_smi_gpu_frequency_mhz"),
-        "gauge",
-        reduce="min",
-        direction="down",
-        abs_floor=15.0,
-        rel_floor=0.01,
-        klass="compute",
-    ),
-    FeatureSpec(
-        "gpu_mem_temp_c",
-        ("DCGM_FI_DEV_MEMORY_TEMP",),
-        "gauge",
-        reduce="max",
-        direction="up",
-        abs_floor=1.5,
-        rel_floor=0.01,
-        klass="memory",
-        corroborating=True,
-    ),
-    # Error counters: peers normally sit at 0/s, so the floor is what a handful
-    # of errors in one bucket must beat.
-    FeatureSpec(
-        "pcie_replay_rate",
-        ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER",),
-        "counter",
-        reduce="max",
-        direction="up",
-        abs_floor=0.02,
-        rel_floor=0.1,
-        klass="interconnect",
-    ),
-    FeatureSpec(
-        "nvlink_bw",
-        ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",),
-        "counter",
-        reduce="min",
-        direction="down",
-        abs_floor=1e6,
-        rel_floor=0.05,
-        klass="interconnect",
-    ),
-    FeatureSpec(
-        "nvlink_crc_err_rate",
-        ("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",),
-        "counter",
-        reduce="max",
-        direction="up",
-        abs_floor=0.02,
-        rel_floor=0.1,
-        klass="interconnect",
-    ),
-    FeatureSpec(
-        "nvlink_replay_err_rate",
-        ("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",),
-        "counter",
-        reduce="max",
-        direction="up",
-        abs_floor=0.02,
-        rel_floor=0.1,
-        klass="interconnect",
-    ),
-    FeatureSpec(
-        "nvlink_recovery_err_rate",
-        ("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",),
-        "counter",
-        reduce="max",
-        direction="up",
-        abs_floor=0.02,
-        rel_floor=0.1,
-        klass="interconnect",
-    ),
-    FeatureSpec(
-        "ecc_sbe_rate",
-        ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",),
-        "counter",
-        reduce="max",
-        direction="up",
-        abs_floor=0.02,
-        rel_floor=0.1,
-        klass="memory",
-    ),
-    FeatureSpec(
-        "ecc_dbe_rate",
-        ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",),
-        "counter",
-        reduce="max",
-        direction="up",
-        abs_floor=0.005,
-        rel_floor=0.1,
-        klass="memory",
-    ),
-    FeatureSpec(
-        "ib_xmit_wait_rate",
-        ("node_infiniband_port_transmit_wait_total",),
-        "counter",
-        reduce="max",
-        direction="up",
-        abs_floor=1_000.0,
-        rel_floor=0.1,
-        klass="network",
-    ),
-    FeatureSpec(
-        "ib_tx_bytes_rate",
-        ("node_infiniband_port_data_transmitted_bytes_total",),
-        "counter",
-        reduce="min",
-        direction="down",
-        abs_floor=1e6,
-        rel_floor=0.05,
-        klass="network",
-    ),
-    # The trainer's own view; equal on every rank of a synchronous job, so it
-    # rarely separates a node from its peers — fail-slow reads it job-wide.
-    FeatureSpec(
-        "iteration_time_s",
-        ("trainer_iteration_time_seconds",),
-        "gauge",
-        reduce="max",
-        direction="up",
-        abs_floor=0.01,
-        rel_floor=0.02,
-    ),
-    FeatureSpec(
-        "tokens_per_s",
-        ("trainer_tokens_per_second",),
-        "gauge",
-        reduce="min",
-        direction="down",
-        abs_floor=100.0,
-        rel_floor=0.02,
-    ),
-    # Per-GPU figures for fail-slow localisation (detectors.failslow): a slow GPU
-    # stays busy while its peers wait, so its SM activity is *higher* than theirs
-    # -- the node's min (gpu_sm_active) hides it; its clock is lower, and a
-    # throttling reason bit says why. Compared per GPU against the role's GPUs.
-    FeatureSpec("sm_active", ("DCGM_FI_PROF_SM_ACTIVE",), "gauge", scored=False, per_gpu=True),
-    FeatureSpec(
-        "sm_clock_mhz",
-        ("DCGM_FI_DEV_SM_CLOCK", "all_smi_gpu_frequency_mhz"),
-        "gauge",
-        scored=False,
-        per_gpu=True,
-    ),
-    FeatureSpec(  # NVML clock event (formerly "throttle") reasons: a bitmask
-        "clock_event_reasons",
-        ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"),
-        "gauge",
-        scored=False,
-        per_gpu=True,
-    ),
-    # Per-GPU health, judged by detectors.gpu_health (not against peers).
-    # DCGM's XID gauge holds the *last* XID of each GPU: only changes matter.
-    FeatureSpec("xid_last", ("DCGM_FI_DEV_XID_ERRORS",), "gauge", scored=False, per_gpu=True),
-    FeatureSpec(
-        "remap_correctable",
-        ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",),
-        "gauge",
-        scored=False,
-        per_gpu=True,
-    ),
-    FeatureSpec(
-        "remap_uncorrectable",
-        ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",),
-        "gauge",
-        scored=False,
-        per_gpu=True,
-    ),
-    FeatureSpec(
-        "remap_failure", ("DCGM_FI_DEV_ROW_REMAP_FAILURE",), "gauge", scored=False, per_gpu=True
-    ),
-    FeatureSpec(
-        "remap_pending", ("DCGM_FI_DEV_ROW_REMAP_PENDING",), "gauge", scored=False, per_gpu=True
-    ),
-)
+_KINDS: tuple[str, ...] = get_args(Kind)
+_REDUCES: tuple[str, ...] = get_args(Reduce)
+_DIRECTIONS: tuple[str, ...] = get_args(Direction)
+
+
+def features_from_data(data: object) -> tuple[FeatureSpec, ...]:
+    """The features of a parsed catalog (the shape of ``streams/catalog/features.toml``).
+
+    Every ``[[feature]]`` table becomes a :class:`FeatureSpec`; a field left out
+    takes its default. Unknown keys, wrong types and repeated names raise
+    ``ValueError`` naming the feature.
+    """
+    if not isinstance(data, Mapping):
+        raise ValueError("a feature catalog must be a table")
+    extra = sorted(set(data) - {"feature"})
+    if extra:
+        raise ValueError(f"feature catalog: unknown top-level key(s) {extra}; expected [[feature]]")
+    tables = data.get("feature", [])
+    if not isinstance(tables, list):
+        raise ValueError("feature catalog: 'feature' must be an array of tables ([[feature]])")
+    specs = tuple(_spec(table, i) for i, table in enumerate(tables))
+    names = [s.name for s in specs]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ValueError(f"feature catalog: feature(s) {', '.join(repeated)} given twice")
+    return specs
+
+
+def merge_features(
+    base: Iterable[FeatureSpec], extra: Iterable[FeatureSpec]
+) -> tuple[FeatureSpec, ...]:
+    """``base`` with ``extra`` merged in: a feature of the same name replaces the base one in
+    its place (an operator's alias or floor), a new one is appended."""
+    merged = {f.name: f for f in base}
+    merged.update((f.name, f) for f in extra)
+    return tuple(merged.values())
+
+
+def _spec(table: object, index: int) -> FeatureSpec:
+    if not isinstance(table, Mapping):
+        raise ValueError(f"feature #{index + 1}: must be a table")
+    name = table.get("name")
+    where = f"feature {name}" if isinstance(name, str) and name else f"feature #{index + 1}"
+    unknown = sorted(set(table) - set(_FIELDS))
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {unknown}; known: {sorted(_FIELDS)}")
+    missing = [k for k in ("name", "metrics", "kind") if k not in table]
+    if missing:
+        raise ValueError(f"{where}: missing {', '.join(missing)}")
+    kwargs = {key: _FIELDS[key](value, f"{where}: {key}") for key, value in table.items()}
+    return FeatureSpec(**kwargs)
+
+
+def _text(value: object, where: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{where} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _texts(value: object, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list | tuple) or not value:
+        raise ValueError(f"{where} must be a non-empty list of strings, got {value!r}")
+    return tuple(_text(v, where) for v in value)
+
+
+def _number(value: object, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"{where} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def _flag(value: object, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{where} must be true or false, got {value!r}")
+    return value
+
+
+def _labels(value: object, where: str) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{where} must be a table of label = value, got {value!r}")
+    return {_text(k, where): _text(v, where) for k, v in value.items()}
+
+
+def _one_of(choices: tuple[str, ...]) -> Callable[[object, str], str]:
+    def check(value: object, where: str) -> str:
+        if value not in choices:
+            raise ValueError(f"{where} must be one of {', '.join(choices)}, got {value!r}")
+        return str(value)
+
+    return check
+
+
+_FIELDS: dict[str, Callable[[object, str], Any]] = {
+    "name": _text,
+    "metrics": _texts,
+    "kind": _one_of(_KINDS),
+    "reduce": _one_of(_REDUCES),
+    "direction": _one_of(_DIRECTIONS),
+    "abs_floor": _number,
+    "rel_floor": _number,
+    "match": _labels,
+    "per": _text,
+    "collapse_ratio": _number,
+    "collapse_min_median": _number,
+    "scored": _flag,
+    "per_gpu": _flag,
+    "klass": _text,
+    "corroborating": _flag,
+}
 
 
 def per_gpu_key(feature: str, gpu: str) -> str:

@@ -520,12 +520,12 @@ def show_settings(ctx: click.Context) -> None:
 @click.pass_context
 def prometheus_config(ctx: click.Context, url: str | None, **auth: str | None) -> None:
     """Print the remote_write snippet for prometheus.yml that keeps what peerwatch reads."""
-    from detectors.features import DEFAULT_FEATURES, select_features
+    from streams.catalog import features_for
     from streams.deploy_config import DEFAULT_WRITE_URL, WriterAuth, remote_write_config
 
     settings = _settings(ctx)
     try:
-        features = select_features(DEFAULT_FEATURES, settings.features)
+        features = features_for(settings)
         writer_auth = WriterAuth(**auth) if any(auth.values()) else None
     except ValueError as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc

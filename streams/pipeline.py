@@ -47,13 +47,13 @@ from detectors.failslow.monitor import (
     step_failslow,
 )
 from detectors.failslow.slo import SloParams, SloSummary, summarise
-from detectors.features import DEFAULT_FEATURES, FeatureSpec, class_of, select_features
+from detectors.features import FeatureSpec, class_of
 from detectors.gpu_health import GpuHealthParams
 from detectors.group import BucketResult, GroupState, ScoringParams, score_bucket
 from detectors.phase import Phase
 from detectors.xid.catalog import XidCatalog
 from detectors.xid.events import XidEvent
-from streams.catalog import load_xid_catalog
+from streams.catalog import features_for, load_xid_catalog
 from streams.node_health import NodeHealth, ended
 from streams.settings import Settings
 from streams.windows import ClosedBucket, GroupWindow
@@ -126,7 +126,7 @@ class Pipeline:
     def from_settings(cls, settings: Settings) -> Pipeline:
         """The pipeline the worker runs for ``settings`` (features, catalog, timing)."""
         return cls(
-            select_features(DEFAULT_FEATURES, settings.features),
+            features_for(settings),
             ScoringParams(),
             load_xid_catalog(settings.xid_profile, settings.xid_overrides),
             bucket_ms=settings.bucket_ms,

@@ -67,6 +67,9 @@ class Settings(BaseSettings):
         60.0, gt=0, description="elect another replica after this long without the elected one"
     )
     features: list[str] | None = Field(None, description="feature names to use; all if unset")
+    feature_files: list[Path] = Field(
+        [], description="extra feature catalogs (features.toml's shape), merged in order"
+    )
 
     # time
     bucket_s: int = Field(30, ge=1)

@@ -59,7 +59,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from detectors.features import DEFAULT_FEATURES, FeatureSpec, per_gpu_key, select_features
+from detectors.features import FeatureSpec, per_gpu_key
+from streams.catalog import features_for
 from streams.ingest.ha import HaTracker
 from streams.ingest.remote_write import is_stale_marker
 from streams.ingest.scrape_phase import ScrapePhases, ScrapeTarget
@@ -1138,7 +1139,7 @@ class FrameBuilder:
 def frame_builder_for(settings: Settings) -> FrameBuilder:
     """The frame builder the ingest runs for ``settings`` (features, labels, bucket)."""
     return FrameBuilder(
-        select_features(DEFAULT_FEATURES, settings.features),
+        features_for(settings),
         node_labels=tuple(settings.node_labels),
         group_labels=tuple(settings.group_labels),
         bucket_ms=settings.bucket_ms,

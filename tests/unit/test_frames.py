@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from detectors.features import DEFAULT_FEATURES, FeatureSpec
+from detectors.features import FeatureSpec
+from streams.catalog import DEFAULT_FEATURES
 from streams.ingest.frames import (
     FrameBuilder,
     FrameData,

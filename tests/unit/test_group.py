@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from detectors.alerts import GROUP_DEGRADED, NODE_COLLAPSE, NODE_DEVIATION, NODE_SILENT
-from detectors.features import DEFAULT_FEATURES, FeatureSpec
+from detectors.features import FeatureSpec
 from detectors.group import BucketResult, GroupState, ScoringParams, score_bucket
+from streams.catalog import DEFAULT_FEATURES
 
 GROUP = "job-1"
 BUCKET = 30_000

@@ -7,11 +7,10 @@ import pytest
 from prometheus_client import generate_latest
 
 from detectors.alerts import AlertChange
-from detectors.features import DEFAULT_FEATURES
 from detectors.group import ScoringParams
 from detectors.xid.catalog import XidCatalog
 from streams.alerting import to_payload
-from streams.catalog import load_xid_catalog
+from streams.catalog import DEFAULT_FEATURES, load_xid_catalog
 from streams.metrics import WorkerMetrics
 from streams.pipeline import Pipeline, Scored
 

@@ -13,9 +13,8 @@ import json
 
 import httpx
 
-from detectors.features import DEFAULT_FEATURES
 from detectors.group import ScoringParams
-from streams.catalog import load_xid_catalog
+from streams.catalog import DEFAULT_FEATURES, load_xid_catalog
 from streams.pipeline import Pipeline
 from streams.sinks.alertmanager import AlertmanagerSink
 

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from detectors.alerts import GROUP_DEGRADED, NODE_COLLAPSE, NODE_DEVIATION
-from detectors.features import DEFAULT_FEATURES, FeatureSpec
+from detectors.features import FeatureSpec
 from detectors.group import (
     BucketResult,
     GroupLevels,
@@ -29,6 +29,7 @@ from detectors.group import (
     ScoringParams,
     score_bucket,
 )
+from streams.catalog import DEFAULT_FEATURES
 
 GROUP = "job-1"
 BUCKET = 30_000

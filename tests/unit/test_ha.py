@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from detectors.features import DEFAULT_FEATURES
+from streams.catalog import DEFAULT_FEATURES
 from streams.ingest.frames import FrameBuilder, FrameData
 from streams.ingest.ha import HaTracker
 from streams.ingest.series import Series

@@ -31,11 +31,12 @@ from hypothesis.extra import numpy as hnp
 
 from detectors.alerts import NODE_COLLAPSE, NODE_DEVIATION, AlertChange
 from detectors.baseline import BaselineParams, NodeBaselines
-from detectors.features import DEFAULT_FEATURES, FeatureSpec
+from detectors.features import FeatureSpec
 from detectors.fusion import FusionParams, ModelJudgement, Signal, fuse_bucket
 from detectors.group import BucketResult, GroupState, ScoringParams, score_bucket
 from detectors.multivariate import MultivariateParams
 from detectors.peer import peer_zscores
+from streams.catalog import DEFAULT_FEATURES
 
 GROUP = "job-7"
 BUCKET_MS = 30_000

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from detectors.features import DEFAULT_FEATURES
 from detectors.group import ScoringParams
-from streams.catalog import load_xid_catalog
+from streams.catalog import DEFAULT_FEATURES, load_xid_catalog
 from streams.ingest.frames import FrameBuilder, FrameData
 from streams.ingest.producer import encode_frame
 from streams.ingest.series import Series

@@ -6,12 +6,11 @@ import json
 
 import pytest
 
-from detectors.features import DEFAULT_FEATURES
 from detectors.gpu_health import REMAP_ALERT, XID_ALERT, GpuHealthParams, GpuHealthState
 from detectors.group import ScoringParams
 from detectors.xid.events import XidEvent
 from detectors.xid.kernel_log import parse_kernel_line
-from streams.catalog import load_xid_catalog
+from streams.catalog import DEFAULT_FEATURES, load_xid_catalog
 from streams.node_health import split_by_node
 from streams.pipeline import Pipeline, Scored
 

@@ -7,7 +7,6 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from detectors.features import DEFAULT_FEATURES
 from detectors.group import GroupState, ScoringParams, score_bucket
 from detectors.peer import peer_zscores
 from detectors.population import (
@@ -16,6 +15,7 @@ from detectors.population import (
     role_peer_stats,
     step_populations,
 )
+from streams.catalog import DEFAULT_FEATURES
 from streams.offline import run_offline, score_rounds
 from streams.settings import Settings
 from streams.sources.simulator.cluster import DEFAULT_START_MS, ClusterConfig

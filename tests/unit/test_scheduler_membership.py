@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from detectors.features import DEFAULT_FEATURES
+from streams.catalog import DEFAULT_FEATURES
 from streams.ingest.frames import FrameBuilder
 from streams.ingest.membership import (
     JobMembership,

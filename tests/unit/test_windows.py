@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 
-from detectors.features import DEFAULT_FEATURES
+from streams.catalog import DEFAULT_FEATURES
 from streams.windows import ClosedBucket, GroupWindow
 
 B = 30_000  # bucket length, ms
