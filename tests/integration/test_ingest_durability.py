@@ -1,9 +1,11 @@
 """A sample answered 204 survives `kill -9` of the ingest during a Kafka outage (issue 9, 4a).
 
 The ingest runs as its own process with a write-ahead log, against an Apache
-Kafka of this test's own (so it can be stopped). Scrapes are answered 204 while
-Kafka is up; Kafka stops; more scrapes come (204 until the ingest notices, then
-503); the ingest is killed with SIGKILL, Kafka comes back, the ingest restarts:
+Kafka of this test's own (so it can be frozen). Scrapes are answered 204 while
+Kafka is up; Kafka freezes (SIGSTOP: its sockets stay open and nothing answers,
+as with a hung broker or a partition, so the ingest cannot notice before its
+timeouts); more scrapes come (204 until the ingest notices, then 503); the
+ingest is killed with SIGKILL, Kafka comes back, the ingest restarts:
 every scrape answered 204 must be in a frame on the frames topic. Without the
 log the open buckets (and the frames queued during the outage) died with the process.
 """
@@ -11,6 +13,8 @@ log the open buckets (and the frames queued during the outage) died with the pro
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 import uuid
 from pathlib import Path
@@ -24,6 +28,12 @@ from tests.integration.harness import read_topic, wait_for
 from tests.integration.test_ingest_http import PROMETHEUS_HEADERS, B, node_series
 
 NODES = [f"gpu-{i:02d}" for i in range(6)]
+
+
+def freeze(kafka: KafkaKRaft, sig: signal.Signals) -> None:
+    """Stop or continue the broker's whole process group."""
+    assert kafka.pid is not None
+    os.killpg(kafka.pid, sig)
 
 
 async def test_every_sample_answered_204_survives_a_kill_during_a_kafka_outage(
@@ -62,13 +72,13 @@ async def test_every_sample_answered_204_survives_a_kill_during_a_kafka_outage(
     try:
         async with httpx.AsyncClient(timeout=10.0) as client:
             assert {await scrape(client, n, b0) for n in NODES} == {204}
-            kafka.stop()  # the outage
+            freeze(kafka, signal.SIGSTOP)  # the outage
             for bucket in range(b0 + B, b0 + 6 * B, B):
                 for node in NODES:
                     assert await scrape(client, node, bucket) in (204, 503)
                 await asyncio.sleep(0.3)
         process.kill()  # SIGKILL: no flush, no drain
-        start_or_fail(kafka)
+        freeze(kafka, signal.SIGCONT)
         process = ingest().start()
 
         async def delivered() -> set[tuple[str, int]]:
@@ -84,6 +94,7 @@ async def test_every_sample_answered_204_survives_a_kill_during_a_kafka_outage(
         await wait_for(log_emptied, 30, "the write-ahead log to drop what Kafka has")
     finally:
         process.stop()
+        freeze(kafka, signal.SIGCONT)
         kafka.stop()
     assert accepted <= framed
     assert len(accepted) > len(NODES)  # some scrapes during the outage were taken too
