@@ -7,7 +7,6 @@ and the worker's table must agree on it, so both processes call this first.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 
@@ -15,6 +14,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from streams.kafka import client_options, raise_if_login_refused
+from streams.retry import RetryCallState, growing, retrying
 from streams.settings import Settings
 
 log = logging.getLogger("peerwatch.topics")
@@ -27,9 +27,8 @@ async def ensure_topics(settings: Settings, attempts: int | None = 30) -> None:
     a refused login raises ``KafkaLoginError`` at once.
     """
     names = (settings.topic_frames, settings.topic_alerts, settings.topic_xid)
-    attempt = 0
-    while attempts is None or attempt < attempts:
-        attempt += 1
+
+    async def create_missing() -> None:
         admin = AIOKafkaAdminClient(**client_options(settings))
         try:
             await admin.start()
@@ -46,11 +45,21 @@ async def ensure_topics(settings: Settings, attempts: int | None = 30) -> None:
                 log.info(
                     "topics_created names=%s partitions=%d", missing, settings.topic_partitions
                 )
-            return
-        except KafkaError as exc:
+        except KafkaError:
             await raise_if_login_refused(settings)
-            log.warning("kafka_unavailable attempt=%d error=%r", attempt, exc)
-            await asyncio.sleep(min(0.5 * attempt, 5.0))
+            raise
         finally:
             await admin.close()
-    raise ConnectionError(f"could not reach Kafka at {settings.broker_host_port} to create topics")
+
+    def unavailable(attempt: RetryCallState) -> None:
+        error = attempt.outcome.exception() if attempt.outcome else None
+        log.warning("kafka_unavailable attempt=%d error=%r", attempt.attempt_number, error)
+
+    try:
+        await retrying(
+            growing(0.5, 5.0), on=KafkaError, attempts=attempts, before_sleep=unavailable
+        )(create_missing)
+    except KafkaError as exc:
+        raise ConnectionError(
+            f"could not reach Kafka at {settings.broker_host_port} to create topics"
+        ) from exc

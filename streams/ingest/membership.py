@@ -35,6 +35,7 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
 
 from streams.kafka import client_options, start_client
+from streams.retry import RetryCallState, doubling, retrying
 from streams.settings import Settings
 
 __all__ = [
@@ -51,6 +52,7 @@ log = logging.getLogger("peerwatch.membership")
 JobState = Literal["running", "ended"]
 MAX_NODES_PER_JOB = 100_000  # a bound on one event, far above any gang
 MAX_NAME = 1024
+RECONNECT_S = 0.5  # pause after a membership consumer that worked dies, then a fresh backoff
 
 
 class MembershipError(ValueError):
@@ -239,18 +241,9 @@ class MembershipFollower:
 
     async def _follow_topic(self) -> None:
         assert self._kafka is not None and self._topic is not None  # run() checked both
-        backoff = 0.5
-        while True:
-            consumer = AIOKafkaConsumer(
-                self._topic,
-                **client_options(self._kafka),
-                group_id=None,
-                auto_offset_reset="earliest",
-                enable_auto_commit=False,
-            )
+        while True:  # a fresh backoff after every connection that worked
+            consumer = await self._consumer()
             try:
-                await start_client(consumer, self._kafka)
-                backoff = 0.5
                 async for message in consumer:
                     try:
                         self.apply(parse_event(message.value or b""))
@@ -266,5 +259,30 @@ class MembershipFollower:
                 log.warning("membership_topic_unavailable topic=%s error=%r", self._topic, exc)
             finally:
                 await consumer.stop()
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 30.0)
+            await asyncio.sleep(RECONNECT_S)
+
+    async def _consumer(self) -> AIOKafkaConsumer:
+        """A consumer of the membership topic from its start, once Kafka takes it."""
+        assert self._kafka is not None and self._topic is not None
+        kafka, topic = self._kafka, self._topic
+
+        async def start() -> AIOKafkaConsumer:
+            consumer = AIOKafkaConsumer(
+                topic,
+                **client_options(kafka),
+                group_id=None,
+                auto_offset_reset="earliest",
+                enable_auto_commit=False,
+            )
+            try:
+                await start_client(consumer, kafka)
+            except BaseException:
+                await consumer.stop()
+                raise
+            return consumer
+
+        def unavailable(attempt: RetryCallState) -> None:
+            error = attempt.outcome.exception() if attempt.outcome else None
+            log.warning("membership_topic_unavailable topic=%s error=%r", topic, error)
+
+        return await retrying(doubling(0.5, 30.0), on=KafkaError, before_sleep=unavailable)(start)

@@ -31,6 +31,7 @@ from streams.ingest.frames import FrameData
 from streams.kafka import client_options, start_client
 from streams.metrics import IngestMetrics
 from streams.records import Frame
+from streams.retry import RetryCallState, doubling, retrying
 from streams.settings import Settings
 
 log = logging.getLogger("peerwatch.ingest")
@@ -114,26 +115,26 @@ class FrameProducer:
             self._wake.set()
 
     async def _connect(self) -> AIOKafkaProducer:
-        backoff = 0.5
-        while True:
-            producer = AIOKafkaProducer(
-                **client_options(self._kafka),
-                acks="all",
-                linger_ms=5,
-                max_batch_size=1 << 20,
-                request_timeout_ms=10_000,
-            )
-            try:
+        async for attempt in retrying(
+            doubling(0.5, 10.0), on=KafkaError, before_sleep=self._kafka_unavailable
+        ):
+            with attempt:
+                producer = AIOKafkaProducer(
+                    **client_options(self._kafka),
+                    acks="all",
+                    linger_ms=5,
+                    max_batch_size=1 << 20,
+                    request_timeout_ms=10_000,
+                )
                 await start_client(producer, self._kafka)
-            except KafkaError as exc:
-                log.warning("kafka_unavailable bootstrap=%s error=%r", self._bootstrap, exc)
-                self._metrics.kafka_errors.inc()
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 10.0)
-                continue
-            log.info("kafka_connected bootstrap=%s", self._bootstrap)
-            self._connected = True
-            return producer
+        log.info("kafka_connected bootstrap=%s", self._bootstrap)
+        self._connected = True
+        return producer
+
+    def _kafka_unavailable(self, attempt: RetryCallState) -> None:
+        error = attempt.outcome.exception() if attempt.outcome else None
+        log.warning("kafka_unavailable bootstrap=%s error=%r", self._bootstrap, error)
+        self._metrics.kafka_errors.inc()
 
     async def _send_batch(
         self, producer: AIOKafkaProducer, frames: list[FrameData]
@@ -212,7 +213,6 @@ class FrameProducer:
 
     async def _run(self) -> None:
         producer = await self._connect()
-        backoff = 0.2
         try:
             while True:
                 if not self._queue:
@@ -222,23 +222,27 @@ class FrameProducer:
                     except TimeoutError:
                         await self._probe(producer)
                         continue
-                batch = [self._queue[i] for i in range(min(self._batch, len(self._queue)))]
-                retry, error = await self._send_batch(producer, batch)
-                for _ in batch:
-                    self._queue.popleft()
-                self._queue.extendleft(reversed(retry))
-                self._metrics.backlog.set(len(self._queue))
-                if error is not None:
-                    self._connected = False
-                    self._metrics.kafka_errors.inc()
-                    log.warning("kafka_send_failed frames=%d error=%r", len(retry), error)
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, 10.0)
-                    continue
+                # each attempt sends the head of the queue as it is by then
+                await retrying(doubling(0.2, 10.0), until=lambda error: error is None)(
+                    self._send_head, producer
+                )
                 self._connected = True
-                backoff = 0.2
         finally:
             await producer.stop()
+
+    async def _send_head(self, producer: AIOKafkaProducer) -> KafkaError | None:
+        """Send the head of the queue; what Kafka did not take goes back to the front."""
+        batch = [self._queue[i] for i in range(min(self._batch, len(self._queue)))]
+        retry, error = await self._send_batch(producer, batch)
+        for _ in batch:
+            self._queue.popleft()
+        self._queue.extendleft(reversed(retry))
+        self._metrics.backlog.set(len(self._queue))
+        if error is not None:
+            self._connected = False
+            self._metrics.kafka_errors.inc()
+            log.warning("kafka_send_failed frames=%d error=%r", len(retry), error)
+        return error
 
     async def _probe(self, producer: AIOKafkaProducer) -> None:
         """Kafka's answer to a metadata request decides ``connected`` while nothing is sent:

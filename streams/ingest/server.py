@@ -43,6 +43,7 @@ from streams.ingest.series import Series
 from streams.ingest.wal import WriteAheadLog
 from streams.kafka import KafkaLoginError
 from streams.metrics import IngestMetrics
+from streams.retry import RetryCallState, doubling, retrying
 from streams.settings import Settings
 from streams.topics import ensure_topics
 
@@ -269,34 +270,54 @@ class Ingest:
         await self.producer.run()
 
     async def supervise(self, name: str) -> None:
-        """Run background task ``name`` forever, restarting it with backoff when it fails."""
+        """Run background task ``name`` forever, restarting it with backoff when it fails;
+        a task that had run ``HEALTHY_AFTER_S`` before failing starts at the shortest wait."""
         loop = asyncio.get_running_loop()
-        backoff = self.restart_min_s
-        while True:
+
+        async def run() -> None:
+            if name in self.down:
+                del self.down[name]
+                log.info("background_task_restarted task=%s", name)
             started = loop.time()
             try:
                 await self.tasks[name]()
                 raise RuntimeError(f"{name} returned")  # they run until cancelled
-            except asyncio.CancelledError:
-                raise
             except Exception as exc:
-                self.down[name] = exc
-                self.metrics.task_failures.labels(task=name).inc()
-                if loop.time() - started >= HEALTHY_AFTER_S:
-                    backoff = self.restart_min_s
-                if isinstance(exc, KafkaLoginError):  # settings to fix, not a bug: no traceback
-                    log.error(
-                        "background_task_failed task=%s restart_in_s=%.1f error=%s",
-                        name,
-                        backoff,
-                        exc,
-                    )
-                else:
-                    log.exception("background_task_failed task=%s restart_in_s=%.1f", name, backoff)
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, RESTART_MAX_S)
-            del self.down[name]
-            log.info("background_task_restarted task=%s", name)
+                if loop.time() - started < HEALTHY_AFTER_S:
+                    raise
+                failed(name, exc, self.restart_min_s)
+            await asyncio.sleep(self.restart_min_s)  # then a fresh backoff
+
+        def failed(name: str, exc: BaseException, restart_in_s: float) -> None:
+            self.down[name] = exc
+            self.metrics.task_failures.labels(task=name).inc()
+            if isinstance(exc, KafkaLoginError):  # settings to fix, not a bug: no traceback
+                log.error(
+                    "background_task_failed task=%s restart_in_s=%.1f error=%s",
+                    name,
+                    restart_in_s,
+                    exc,
+                )
+            else:
+                log.error(
+                    "background_task_failed task=%s restart_in_s=%.1f",
+                    name,
+                    restart_in_s,
+                    exc_info=exc,
+                )
+
+        def before_restart(attempt: RetryCallState) -> None:
+            assert attempt.outcome is not None and attempt.next_action is not None
+            exc = attempt.outcome.exception()
+            assert exc is not None  # retried on exceptions only
+            failed(name, exc, attempt.next_action.sleep)
+
+        while True:
+            await retrying(
+                doubling(self.restart_min_s, RESTART_MAX_S),
+                on=Exception,
+                before_sleep=before_restart,
+            )(run)
 
     async def _background(self, app: web.Application) -> AsyncIterator[None]:
         loop = asyncio.get_running_loop()

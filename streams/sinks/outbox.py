@@ -25,10 +25,11 @@ import fcntl
 import json
 import logging
 import os
-import random
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
+
+from streams.retry import doubling, retrying
 
 __all__ = ["Outbox", "OutboxLocked", "Outcome", "alert_key", "deliver_forever", "open_outbox"]
 
@@ -176,28 +177,30 @@ async def deliver_forever(
     backoff_max_s: float = 30.0,
     before_send: Callable[[], None] = lambda: None,
     timeout_s: Callable[[], float | None] = lambda: None,
-    rng: random.Random | None = None,
 ) -> None:
     """Deliver ``outbox`` forever: on ``wake``, or every ``timeout_s()`` seconds (None: only on
-    wake); ``before_send`` may queue more first (re-sends). Backoff with full jitter on RETRY."""
-    rng = rng or random.Random()
-    backoff = backoff_min_s
+    wake); ``before_send`` may queue more first (re-sends). Backoff with full jitter on RETRY;
+    each attempt sends what the outbox holds by then."""
     if len(outbox):
         wake.set()  # what a restarted worker's journal holds goes out now, not on the next tick
+    batch: dict[str, Item] = {}
+
+    async def send_all() -> Outcome:
+        nonlocal batch
+        batch = outbox.items()
+        return await send(batch)
+
     while True:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(wake.wait(), timeout=timeout_s())
         wake.clear()
         before_send()
         while len(outbox):
-            batch = outbox.items()
-            outcome = await send(batch)
-            if outcome is Outcome.RETRY:
-                await asyncio.sleep(rng.uniform(0.0, backoff))
-                backoff = min(backoff * 2, backoff_max_s)
-                continue
+            await retrying(
+                doubling(backoff_min_s, backoff_max_s, jitter=True),
+                until=lambda outcome: outcome is not Outcome.RETRY,
+            )(send_all)
             outbox.done(batch)
-        backoff = backoff_min_s
 
 
 def open_outbox(directory: Path | None, name: str) -> Outbox:

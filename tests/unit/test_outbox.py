@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import random
 from pathlib import Path
 
 import pytest
@@ -90,9 +89,7 @@ async def test_the_loop_retries_with_backoff_and_takes_out_what_was_sent() -> No
     wake = asyncio.Event()
     wake.set()
     task = asyncio.create_task(
-        deliver_forever(
-            box, send, wake, backoff_min_s=0.01, backoff_max_s=0.02, rng=random.Random(1)
-        )
+        deliver_forever(box, send, wake, backoff_min_s=0.01, backoff_max_s=0.02)
     )
     for _ in range(200):
         if not len(box):
