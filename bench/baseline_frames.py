@@ -1,7 +1,7 @@
 """The frame builder as it stood before the hot-path rework (commit 29672ff; bbdc932 algorithm).
 
 Frozen here as the benchmark's baseline: ``bench.ingest_bench`` runs it beside
-``streams.ingest.frames.FrameBuilder`` on the same input, in the same process,
+``streams.ingest.builder.FrameBuilder`` on the same input, in the same process,
 and checks that both emit the same frames. Not used by peerwatch itself; do not
 optimise it.
 """
@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from detectors.features import FeatureSpec, per_gpu_key
-from streams.ingest.frames import AddStats, FrameData, node_from_instance
+from streams.frames import Frame
+from streams.ingest.builder import AddStats, node_from_instance
 from streams.ingest.remote_write import is_stale_marker
 from streams.ingest.series import Series
 
@@ -78,7 +79,7 @@ class _Partial:
 
 
 class BaselineFrameBuilder:
-    """Turns decoded series into ``FrameData``, one per (group, node, bucket).
+    """Turns decoded series into ``Frame``, one per (group, node, bucket).
 
     ``add`` accumulates, ``close_due`` / ``close_due_by_watermark`` hand out the
     frames whose bucket is over, ``flush_all`` everything (shutdown). State is
@@ -145,7 +146,7 @@ class BaselineFrameBuilder:
         # their ids stay unique while memoised
         self._label_memo: dict[int, tuple[Any, ...]] = {}
         self.label_memo_size = 1_000_000
-        self._departures: list[FrameData] = []
+        self._departures: list[Frame] = []
 
     def _add_use(self, metric: str, use: _Use) -> None:
         self._uses[metric] = (*self._uses.get(metric, ()), use)
@@ -312,7 +313,7 @@ class BaselineFrameBuilder:
         old = self._group_of_node[node]
         if old is not None:
             bucket = ts - ts % self.bucket_ms
-            self._departures.append(FrameData(old, node, bucket, {}, {}, left=True))
+            self._departures.append(Frame(old, node, bucket, {}, {}, left=True))
 
     def _advance(self, ts: int) -> None:
         if self._max_ts is None or ts > self._max_ts:
@@ -335,7 +336,7 @@ class BaselineFrameBuilder:
 
     def close_due(
         self, watermark_ms: int | None, now_s: float | None = None, idle_s: float | None = None
-    ) -> list[FrameData]:
+    ) -> list[Frame]:
         """Frames whose bucket ended at or before ``watermark_ms``, plus (given ``now_s`` and
         ``idle_s``) frames not updated for ``idle_s`` seconds; they are forgotten here.
 
@@ -365,11 +366,11 @@ class BaselineFrameBuilder:
 
     def close_due_by_watermark(
         self, now_s: float | None = None, idle_s: float | None = None
-    ) -> list[FrameData]:
+    ) -> list[Frame]:
         """``close_due`` at the builder's own watermark."""
         return self.close_due(self.watermark_ms, now_s, idle_s)
 
-    def flush_all(self) -> list[FrameData]:
+    def flush_all(self) -> list[Frame]:
         """Every open frame (shutdown); the builder keeps its per-series state."""
         due = [(b, fk, p) for b, frames in self._open.items() for fk, p in frames.items()]
         self._open.clear()
@@ -378,13 +379,13 @@ class BaselineFrameBuilder:
         self._departures.clear()
         return out
 
-    def _emit(self, due: list[tuple[int, tuple[str, str], _Partial]]) -> list[FrameData]:
-        out: list[FrameData] = []
+    def _emit(self, due: list[tuple[int, tuple[str, str], _Partial]]) -> list[Frame]:
+        out: list[Frame] = []
         due.sort(key=lambda item: (item[0], item[1]))
         for bucket, (group, node), partial in due:
             values, gpus = self._reduce_partial(partial)
             if values:
-                out.append(FrameData(group, node, bucket, values, gpus))
+                out.append(Frame(group, node, bucket, values, gpus))
             self._keep_for_reopen(bucket, (group, node), partial)
         return out
 

@@ -3,7 +3,7 @@
     python -m bench.frames_equivalence [--cases 2000] [--rounds 120]
 
 Two inputs, each fed to ``bench.baseline_frames.BaselineFrameBuilder`` and to
-``streams.ingest.frames.FrameBuilder`` side by side; after every call the
+``streams.ingest.builder.FrameBuilder`` side by side; after every call the
 stats (per drop reason, in order), the emitted frames (values in order too) and
 the public counters must be equal:
 
@@ -34,7 +34,8 @@ from bench.ingest_bench import make_builder
 from detectors.features import FeatureSpec
 from streams.catalog import DEFAULT_FEATURES
 from streams.evaluation.runner import evaluation_settings
-from streams.ingest.frames import FrameBuilder, FrameData
+from streams.frames import Frame
+from streams.ingest.builder import FrameBuilder
 from streams.ingest.remote_write import STALE_NAN
 from streams.ingest.series import Series
 from streams.sources.simulator.run import generate
@@ -174,8 +175,8 @@ def scenario_case(name: str, seed: int, rounds: int, stale: bool) -> bool:
         sa, sb = a.add(series, now_s=now_s), b.add(series, now_s=now_s)
         if (sa.accepted, sa.dropped) != (sb.accepted, sb.dropped):
             return False
-        fa: list[FrameData] = a.close_due_by_watermark(now_s=now_s, idle_s=60.0)
-        fb: list[FrameData] = b.close_due_by_watermark(now_s=now_s, idle_s=60.0)
+        fa: list[Frame] = a.close_due_by_watermark(now_s=now_s, idle_s=60.0)
+        fb: list[Frame] = b.close_due_by_watermark(now_s=now_s, idle_s=60.0)
         if comparable(fa) != comparable(fb) or state(a) != state(b):
             return False
     return comparable(a.flush_all()) == comparable(b.flush_all())

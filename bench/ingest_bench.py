@@ -39,7 +39,8 @@ from typing import Any
 
 from bench.baseline_frames import BaselineFrameBuilder
 from streams.evaluation.runner import evaluation_settings
-from streams.ingest.frames import FrameBuilder, FrameData
+from streams.frames import Frame
+from streams.ingest.builder import FrameBuilder
 from streams.ingest.remote_write import WriteRequestDecoder, encode_write_request
 from streams.ingest.series import Series
 from streams.settings import Settings
@@ -54,7 +55,7 @@ Builder = Any  # FrameBuilder or BaselineFrameBuilder: the same interface
 
 
 def make_builder(cls: type, settings: Settings) -> Builder:
-    """A builder of ``cls`` configured as ``streams.ingest.frames.frame_builder_for`` does."""
+    """A builder of ``cls`` configured as ``streams.ingest.builder.frame_builder_for`` does."""
     from streams.catalog import features_for
 
     return cls(
@@ -84,7 +85,7 @@ def encode(rounds: list[Round]) -> list[tuple[int, list[bytes], int]]:
     ]
 
 
-def feed(builder: Builder, t_ms: int, series: list[Series], close: bool) -> list[FrameData]:
+def feed(builder: Builder, t_ms: int, series: list[Series], close: bool) -> list[Frame]:
     now_s = t_ms / 1000.0
     builder.add(series, now_s=now_s)
     return builder.close_due_by_watermark(now_s=now_s, idle_s=60.0) if close else []
@@ -92,7 +93,7 @@ def feed(builder: Builder, t_ms: int, series: list[Series], close: bool) -> list
 
 def run_series(
     cls: type, settings: Settings, rounds: list[Round], close: bool
-) -> tuple[float, list[FrameData]]:
+) -> tuple[float, list[Frame]]:
     """CPU seconds for rounds[1:] through a fresh builder (rounds[0] warms it), and its frames."""
     builder = make_builder(cls, settings)
     frames = feed(builder, *rounds[0], close)
@@ -142,7 +143,7 @@ def best_pair(
     return a, b
 
 
-def frames_equal(a: Sequence[FrameData], b: Sequence[FrameData]) -> bool:
+def frames_equal(a: Sequence[Frame], b: Sequence[Frame]) -> bool:
     """Same frames in the same order, values in the same order too.
 
     ``pci_bus_id@<gpu>`` entries of ``gpus`` (the bus id map the worker needs, added
@@ -154,7 +155,7 @@ def frames_equal(a: Sequence[FrameData], b: Sequence[FrameData]) -> bool:
     )
 
 
-def _without_pci(frame: FrameData) -> tuple[Any, ...]:
+def _without_pci(frame: Frame) -> tuple[Any, ...]:
     gpus = {k: v for k, v in frame.gpus.items() if not k.startswith("pci_bus_id@")}
     return dataclasses.astuple(dataclasses.replace(frame, gpus=gpus))
 

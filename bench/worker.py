@@ -33,7 +33,7 @@ Printed, each beside its yardstick in the same run:
 - detector state per node (a walk of every object the pipeline holds, shared
   catalog and parameters left out) at one group and at ``--nodes``, against the
   target (<= 100 KB per node), and the snapshot (changelog) bytes per bucket;
-- the JSON decode of one bucket's frames into the worker's ``Frame`` records
+- the JSON decode of one bucket's frames into the worker's ``Frame`` values
   (from the bytes the ingest produces; Kafka's fetch and Faust's stream are not
   in it), beside the pipeline's own cost.
 
@@ -56,11 +56,9 @@ from typing import Any
 from faust.serializers import codecs
 
 from streams import catalog as feature_catalog
-from streams.ingest.frames import FrameData
-from streams.ingest.producer import encode_frame
+from streams.frames import Frame, decode_frame, encode_frame
 from streams.offline import build_pair
 from streams.pipeline import Pipeline
-from streams.records import Frame
 from streams.sources.simulator.cluster import ClusterSimulator
 from streams.sources.simulator.scenarios import get_scenario
 
@@ -70,7 +68,7 @@ GROUP_SIZE = 60
 TABLE_CODEC = codecs.get_codec("json")  # the group-state table's value codec (orjson if found)
 BUCKET_S = 30.0
 
-Template = list[list[FrameData]]  # one group's frames, bucket by bucket (oldest first)
+Template = list[list[Frame]]  # one group's frames, bucket by bucket (oldest first)
 
 
 def template(scenario: str, seed: int, buckets: int) -> tuple[Template, Any]:
@@ -79,7 +77,7 @@ def template(scenario: str, seed: int, buckets: int) -> tuple[Template, Any]:
     config, settings = spec.config_for(seed), spec.settings_for(seed)
     sim = ClusterSimulator(config)
     builder, _ = build_pair(settings)
-    by_ts: dict[int, list[FrameData]] = defaultdict(list)
+    by_ts: dict[int, list[Frame]] = defaultdict(list)
     t_ms = config.start_ms
     while len(by_ts) < buckets + 1:  # the newest bucket may still be open
         builder.add(sim.scrape(t_ms), now_s=t_ms / 1000.0)
@@ -111,7 +109,7 @@ class Fleet:
     def groups(self) -> int:
         return math.ceil(self.nodes / GROUP_SIZE)
 
-    def bucket(self, index: int) -> Iterator[tuple[str, list[FrameData]]]:
+    def bucket(self, index: int) -> Iterator[tuple[str, list[Frame]]]:
         """Bucket ``index``'s frames, group by group; bucket times move on by 30 s per index."""
         base = self.template[index % len(self.template)]
         shift = (index // len(self.template)) * len(self.template) * int(BUCKET_S * 1000)
@@ -124,7 +122,7 @@ class Fleet:
             yield (
                 name,
                 [
-                    FrameData(
+                    Frame(
                         name,
                         f"{f.node}.g{g}",
                         f.ts + shift,
@@ -227,13 +225,13 @@ def _feed(
 
 def decode_s(fleet: Fleet, repeat: int, clock: Callable[[], float] = time.process_time) -> float:
     """CPU seconds to decode one bucket of the fleet's frames from the bytes the ingest
-    puts on Kafka into the worker's ``Frame`` records (fastest of ``repeat``)."""
+    puts on Kafka into the worker's ``Frame`` values (fastest of ``repeat``)."""
     wire = [encode_frame(f) for _, frames in fleet.bucket(0) for f in frames]
     best = math.inf
     for _ in range(repeat):
         started = clock()
         for body in wire:
-            Frame.loads(body)
+            decode_frame(body)
         best = min(best, clock() - started)
     return best
 
@@ -424,7 +422,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     dec_one, dec_fleet = decode_s(one, args.repeat), decode_s(fleet, args.repeat)
     print(
-        f"{'frame JSON decode (Frame.loads), s/bucket':<44} {dec_one:>12.3f} "
+        f"{'frame JSON decode (decode_frame), s/bucket':<44} {dec_one:>12.3f} "
         f"{dec_one * fleet.groups:>10.2f} {dec_fleet:>10.2f}  "
         f"({dec_fleet / (dec_fleet + fleet_s):.0%} of decode + pipeline)"
     )

@@ -28,10 +28,11 @@ from faust.types import TP
 from detectors.xid.kernel_log import parse_kernel_line
 from streams.acks import BucketAcks
 from streams.alerting import AlertLinks, to_payload, to_record
+from streams.frames import Frame, FrameError, decode_frame, encode_frame
 from streams.kafka import faust_credentials
 from streams.metrics import WorkerMetrics
 from streams.pipeline import Pipeline, Scored
-from streams.records import AlertRecord, Frame, XidLine
+from streams.records import AlertRecord, XidLine
 from streams.settings import Settings
 from streams.sinks.alertmanager import AlertmanagerSink
 from streams.sinks.credentials import access_for
@@ -74,23 +75,22 @@ def create_app(
     skips = _Skips(metrics)
 
     class FramesTopic(faust.Topic):  # type: ignore[misc]
-        """The frames topic; an undecodable message is logged, counted and skipped.
+        """The frames topic; a key that is not UTF-8 is logged, counted and skipped.
 
         Faust acks such a message, then by default throws the error into the
-        agent, which crashes and restarts on the next one.
+        agent, which crashes and restarts on the next one. Values arrive as bytes
+        and are decoded by the agent (``streams.frames``).
         """
 
         async def on_key_decode_error(self, exc: Exception, message: Any) -> None:
-            skips.skip("decode", exc, message)
-
-        async def on_value_decode_error(self, exc: Exception, message: Any) -> None:
             skips.skip("decode", exc, message)
 
     frames_topic = FramesTopic(
         app,
         topics=[settings.topic_frames],
         key_type=str,
-        value_type=Frame,
+        value_type=bytes,
+        value_serializer="raw",
         partitions=settings.topic_partitions,
     )
     alerts_topic = app.topic(
@@ -200,10 +200,10 @@ def create_app(
         owned.update(now)
         ready.assigned(len(now))
 
-    async def handle_frame(event: Any) -> None:
+    async def handle_frame(event: Any, frame: Frame) -> None:
         if lost:
             forget_lost_groups()
-        frame, done = event.value, event
+        done = event
         group = frame.group
         partition_of[group] = event.message.partition
         if group not in pipeline.windows and (snap := state_table.get(group)):
@@ -258,11 +258,13 @@ def create_app(
         try:
             async for event in stream.noack().events():
                 try:
-                    if (problem := frame_problem(event.value)) is not None:
-                        skips.skip("decode", ValueError(problem), event.message)
+                    try:
+                        frame = decode_frame(event.value)
+                    except FrameError as exc:
+                        skips.skip("decode", exc, event.message)
                         event.ack()
                         continue
-                    await handle_frame(event)
+                    await handle_frame(event, frame)
                 except Exception as exc:  # one frame's (or one bucket's) fault: skip it
                     skips.skip("score", exc, event.message)
                     event.ack()  # (acking twice is harmless if it was held)
@@ -319,7 +321,7 @@ def create_app(
     @app.timer(TICK_EVERY_S)
     async def wake_quiet_groups() -> None:
         for group in pipeline.groups_waiting(time.time()):
-            await frames_topic.send(key=group, value=tick_frame(group))
+            await frames_topic.send(key=group, value=encode_frame(tick_frame(group)))
 
     @app.timer(LAG_EVERY_S)
     async def measure_lag() -> None:
@@ -384,27 +386,6 @@ def frames_lag(ends: Mapping[Any, int], read: Mapping[Any, int]) -> dict[int, in
     position is the committed offset, which Faust does not expose): no series rather than a
     guess; a worker stuck before its first frame is ``peerwatch_worker_ready`` 0."""
     return {tp.partition: max(0, end - read[tp] - 1) for tp, end in ends.items() if tp in read}
-
-
-def frame_problem(frame: Frame) -> str | None:
-    """What makes a decoded record unusable as a frame (JSON decodes any types), or None."""
-    if not (isinstance(frame.group, str) and isinstance(frame.node, str)):
-        return "group and node must be strings"
-    if type(frame.ts) is not int:
-        return f"ts must be an integer, got {frame.ts!r:.40}"
-    if not isinstance(frame.values, dict) or not all(
-        isinstance(k, str) and type(v) in (float, int) for k, v in frame.values.items()
-    ):
-        return "values must map feature names to numbers"
-    if not isinstance(frame.gpus, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in frame.gpus.items()
-    ):
-        return "gpus must map feature names to GPU names"
-    if not (frame.role is None or isinstance(frame.role, str)):
-        return "role must be a string or null"
-    if type(frame.left) is not bool or type(frame.on_hold) is not bool:
-        return "left and on_hold must be booleans"
-    return None
 
 
 class _Skips:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.conn import collect_hosts, create_conn
@@ -25,10 +25,11 @@ from aiokafka.errors import (
     SaslAuthenticationFailed,
     UnsupportedSaslMechanismError,
 )
-from faust.auth import SASLCredentials, SSLCredentials
-from faust.types.auth import CredentialsT
 
 from streams.settings import Settings
+
+if TYPE_CHECKING:
+    from faust.types.auth import CredentialsT
 
 _REFUSED = (
     SaslAuthenticationFailed,
@@ -78,6 +79,9 @@ def client_options(settings: Settings) -> dict[str, Any]:
 
 def faust_credentials(settings: Settings) -> CredentialsT | None:
     """Faust's ``broker_credentials`` for the same settings (None: plaintext, no login)."""
+    # imported here: the ingest uses this module too, and runs without Faust
+    from faust.auth import SASLCredentials, SSLCredentials
+
     context = ssl_context(settings)
     if settings.kafka_security_protocol.startswith("SASL_"):
         # Faust picks SASL_SSL when given a context, SASL_PLAINTEXT otherwise

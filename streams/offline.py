@@ -15,7 +15,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from detectors.alerts import AlertChange
-from streams.ingest.frames import FrameBuilder, FrameData, frame_builder_for
+from streams.frames import Frame
+from streams.ingest.builder import FrameBuilder, frame_builder_for
 from streams.ingest.series import Series
 from streams.pipeline import Pipeline, Scored
 from streams.settings import Settings
@@ -36,7 +37,7 @@ def build_pair(settings: Settings) -> tuple[FrameBuilder, Pipeline]:
 
 def score_rounds(
     rounds: Iterable[tuple[int, list[Series]]], settings: Settings
-) -> Iterator[tuple[list[FrameData], list[Scored]]]:
+) -> Iterator[tuple[list[Frame], list[Scored]]]:
     """For every scrape round: the frames it closed and the buckets they completed."""
     builder, pipeline = build_pair(settings)
     now_s = 0.0
@@ -76,7 +77,7 @@ def _gc_paused() -> Iterator[None]:
         gc.enable()
 
 
-def _feed(pipeline: Pipeline, frames: list[FrameData], now_s: float) -> list[Scored]:
+def _feed(pipeline: Pipeline, frames: list[Frame], now_s: float) -> list[Scored]:
     for f in frames:
         if f.left:
             pipeline.leave(f.group, f.node, f.ts, now_s)

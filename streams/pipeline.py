@@ -155,7 +155,7 @@ class Pipeline:
         on_hold: bool = False,
     ) -> bool:
         """Take one frame; False when it is late and was dropped. ``on_hold``: the node's
-        group label was missing from it (``FrameData.on_hold``)."""
+        group label was missing from it (``Frame.on_hold``)."""
         self.node_health.add(group, node, ts, values, gpus)
         return self.window(group).add(node, ts, values, gpus, now_s, role, on_hold=on_hold)
 

@@ -1,33 +1,12 @@
-"""Wire records: what travels on peerwatch's Kafka topics.
+"""Wire records of the alerts and kernel-log topics (Faust records, JSON).
 
-Faust ``Record`` classes live here and nowhere else; agents convert them to
-plain detector inputs at the boundary. All records are JSON.
+Agents convert them to plain detector inputs at the boundary. Frames are not
+here: the ingest, which runs without Faust, writes them (``streams.frames``).
 """
 
 from __future__ import annotations
 
 import faust
-
-
-class Frame(faust.Record, serializer="json"):
-    """One node's features for one 30-s bucket (topic ``peerwatch.frames``, key = group).
-
-    ``ts`` is the bucket start in epoch ms. ``values`` holds only the features
-    that were observed: a missing feature is absent, never 0. ``gpus`` names the
-    worst GPU for features reduced over GPUs. Several frames for the same
-    (node, ts) may arrive (a late scrape, a resent request): they merge with the
-    feature's own reduction, which is idempotent.
-    """
-
-    group: str
-    node: str
-    ts: int
-    values: dict[str, float]
-    gpus: dict[str, str] = {}
-    left: bool = False  # departure notice: the node is no longer in this group
-    role: str | None = None  # the node's role in its group (a ``role_labels`` value)
-    # the group's label was on none of the node's series this bucket: kept on hold
-    on_hold: bool = False
 
 
 class AlertRecord(faust.Record, serializer="json"):

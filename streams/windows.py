@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from detectors.features import FeatureSpec
-from streams.ingest.frames import merge_frames
+from streams.frames import merge_frames
 
 
 @dataclass

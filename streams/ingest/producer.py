@@ -27,10 +27,9 @@ from aiokafka.errors import (
     RecordTooLargeError,
 )
 
-from streams.ingest.frames import FrameData
+from streams.frames import Frame, encode_frame
 from streams.kafka import client_options, start_client
 from streams.metrics import IngestMetrics
-from streams.records import Frame
 from streams.retry import RetryCallState, doubling, retrying
 from streams.settings import Settings
 
@@ -41,20 +40,6 @@ PROBE_TIMEOUT_S = 5.0
 
 # Sending such a frame again cannot help: it is (or its batch was) over a size limit.
 _TOO_LARGE = (MessageSizeTooLargeError, RecordListTooLargeError, RecordTooLargeError)
-
-
-def encode_frame(frame: FrameData) -> bytes:
-    record = Frame(
-        group=frame.group,
-        node=frame.node,
-        ts=frame.ts,
-        values=frame.values,
-        gpus=frame.gpus,
-        left=frame.left,
-        role=frame.role,
-        on_hold=frame.on_hold,
-    )
-    return record.dumps(serializer="json")
 
 
 class FrameProducer:
@@ -73,7 +58,7 @@ class FrameProducer:
         self._metrics = metrics
         self._max_backlog = max_backlog
         self._batch = batch
-        self._queue: deque[FrameData] = deque()
+        self._queue: deque[Frame] = deque()
         self._enqueued = 0
         self._producer: AIOKafkaProducer | None = None
         self._wake = asyncio.Event()
@@ -106,7 +91,7 @@ class FrameProducer:
         """How many of them have left the queue (acknowledged or dropped), oldest first."""
         return self._enqueued - len(self._queue)
 
-    def enqueue(self, frames: Iterable[FrameData]) -> None:
+    def enqueue(self, frames: Iterable[Frame]) -> None:
         before = len(self._queue)
         self._queue.extend(frames)
         self._enqueued += len(self._queue) - before
@@ -137,11 +122,11 @@ class FrameProducer:
         self._metrics.kafka_errors.inc()
 
     async def _send_batch(
-        self, producer: AIOKafkaProducer, frames: list[FrameData]
-    ) -> tuple[list[FrameData], KafkaError | None]:
+        self, producer: AIOKafkaProducer, frames: list[Frame]
+    ) -> tuple[list[Frame], KafkaError | None]:
         """Send ``frames``: the ones to send again (in order) and the error that kept them."""
-        pending: list[tuple[FrameData, asyncio.Future[object]]] = []
-        unsent: list[FrameData] = []
+        pending: list[tuple[Frame, asyncio.Future[object]]] = []
+        unsent: list[Frame] = []
         error: KafkaError | None = None
         for i, frame in enumerate(frames):
             try:
@@ -152,8 +137,8 @@ class FrameProducer:
                 unsent, error = frames[i:], exc
                 break
         results = await asyncio.gather(*(f for _, f in pending), return_exceptions=True)
-        retry: list[FrameData] = []
-        rejected: list[FrameData] = []
+        retry: list[Frame] = []
+        rejected: list[Frame] = []
         for (frame, _), result in zip(pending, results, strict=True):
             if isinstance(result, _TOO_LARGE):
                 rejected.append(frame)
@@ -177,13 +162,13 @@ class FrameProducer:
                 self._metrics.frames_sent.inc()
         return retry + unsent, error
 
-    async def _send(self, producer: AIOKafkaProducer, frame: FrameData) -> asyncio.Future[object]:
+    async def _send(self, producer: AIOKafkaProducer, frame: Frame) -> asyncio.Future[object]:
         future: asyncio.Future[object] = await producer.send(
             self._topic, encode_frame(frame), key=frame.group.encode()
         )
         return future
 
-    def _drop(self, frame: FrameData, exc: KafkaError) -> None:
+    def _drop(self, frame: Frame, exc: KafkaError) -> None:
         self._metrics.frames_dropped.labels(reason="too_large").inc()
         log.error(
             "frame_dropped reason=too_large group=%.80s node=%.80s ts=%d bytes=%d error=%.200s",

@@ -33,7 +33,8 @@ from concurrent.futures import ThreadPoolExecutor
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, generate_latest
 
-from streams.ingest.frames import AddStats, FrameData, frame_builder_for
+from streams.frames import Frame
+from streams.ingest.builder import AddStats, frame_builder_for
 from streams.ingest.membership import MembershipFollower
 from streams.ingest.producer import FrameProducer
 from streams.ingest.remote_write import RemoteWriteError, WriteRequestDecoder
@@ -208,7 +209,7 @@ class Ingest:
                 roll=roll,
             )
 
-    def _close_due(self) -> list[FrameData]:
+    def _close_due(self) -> list[Frame]:
         """On the work thread: the frames whose buckets are due."""
         frames = self.builder.close_due_by_watermark(
             now_s=time.time(), idle_s=self.settings.ingest_idle_flush_s

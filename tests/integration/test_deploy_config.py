@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from streams.cli import main
 from streams.deploy_config import catalog_metric_names, remote_write_config
-from streams.ingest.frames import frame_builder_for
+from streams.ingest.builder import frame_builder_for
 from streams.settings import Settings
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 from aiokafka import AIOKafkaProducer
 
-from streams.records import Frame
+from streams.frames import Frame, encode_frame
 from tests.integration.harness import Deployment, wait_for
 
 BUCKET_MS = 30_000
@@ -24,8 +24,7 @@ NODES = [f"node{i:02d}" for i in range(8)]
 
 def frame(group: str, node: str, bucket: int) -> bytes:
     values = {"gpu_util": 90.0 + bucket, "gpu_power_w": 600.0, "procs_running": 12.0}
-    record = Frame(group=group, node=node, ts=bucket * BUCKET_MS, values=values, gpus={})
-    return record.dumps(serializer="json")
+    return encode_frame(Frame(group, node, bucket * BUCKET_MS, values))
 
 
 async def metric(port: int, name: str) -> float:

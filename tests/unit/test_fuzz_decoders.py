@@ -31,7 +31,7 @@ from detectors.xid.catalog import XidCatalog
 from detectors.xid.kernel_log import parse_kernel_line
 from streams.catalog import load_xid_catalog, xid_catalog_data
 from streams.deploy_config import catalog_metric_names
-from streams.ingest.frames import frame_builder_for
+from streams.ingest.builder import frame_builder_for
 from streams.ingest.membership import MembershipError, MembershipFile, parse_event
 from streams.ingest.remote_write import (
     STALE_NAN,

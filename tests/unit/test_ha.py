@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from streams.catalog import DEFAULT_FEATURES
-from streams.ingest.frames import FrameBuilder, FrameData
+from streams.frames import Frame
+from streams.ingest.builder import FrameBuilder
 from streams.ingest.ha import HaTracker
 from streams.ingest.series import Series
 
@@ -49,10 +50,10 @@ def _round(
     return out
 
 
-def _frames(rounds: list[list[Series]], **kwargs: object) -> tuple[list[FrameData], dict]:
+def _frames(rounds: list[list[Series]], **kwargs: object) -> tuple[list[Frame], dict]:
     b = FrameBuilder(DEFAULT_FEATURES, grace_ms=0, **kwargs)  # type: ignore[arg-type]
     dropped: dict[str, int] = {}
-    frames: list[FrameData] = []
+    frames: list[Frame] = []
     for batch in rounds:
         for reason, n in b.add(batch).dropped.items():
             dropped[reason] = dropped.get(reason, 0) + n
@@ -60,7 +61,7 @@ def _frames(rounds: list[list[Series]], **kwargs: object) -> tuple[list[FrameDat
     return frames + b.flush_all(), dropped
 
 
-def _values(frames: list[FrameData]) -> list[tuple[str, int, dict[str, float]]]:
+def _values(frames: list[Frame]) -> list[tuple[str, int, dict[str, float]]]:
     return [(f.group, f.ts, {k: round(v, 6) for k, v in f.values.items()}) for f in frames]
 
 

@@ -9,7 +9,7 @@ import logging
 import pytest
 
 from detectors.features import FeatureSpec
-from streams.ingest.frames import DROP_REASONS, FrameBuilder, frame_builder_for
+from streams.ingest.builder import DROP_REASONS, FrameBuilder, frame_builder_for
 from streams.ingest.remote_write import (
     RemoteWriteError,
     WriteRequestDecoder,

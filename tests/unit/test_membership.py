@@ -6,11 +6,10 @@ import pytest
 
 from detectors.group import ScoringParams
 from streams.catalog import DEFAULT_FEATURES, load_xid_catalog
-from streams.ingest.frames import FrameBuilder, FrameData
-from streams.ingest.producer import encode_frame
+from streams.frames import Frame, decode_frame, encode_frame
+from streams.ingest.builder import FrameBuilder
 from streams.ingest.series import Series
 from streams.pipeline import Pipeline
-from streams.records import Frame
 from streams.windows import GroupWindow
 
 
@@ -239,10 +238,10 @@ def test_frames_have_no_role_without_role_labels() -> None:
 
 
 def test_the_role_travels_on_the_wire_record() -> None:
-    frame = FrameData("job-7", "n1", 0, {"procs_running": 1.0}, role="stage-3")
-    record = Frame.loads(encode_frame(frame), serializer="json")
+    frame = Frame("job-7", "n1", 0, {"procs_running": 1.0}, role="stage-3")
+    record = decode_frame(encode_frame(frame))
     assert (record.group, record.node, record.role) == ("job-7", "n1", "stage-3")
-    assert Frame.loads(encode_frame(FrameData("c", "n1", 0, {})), serializer="json").role is None
+    assert decode_frame(encode_frame(Frame("c", "n1", 0, {}))).role is None
 
 
 def test_a_departure_sent_before_the_old_groups_last_frame_still_departs() -> None:
@@ -253,7 +252,7 @@ def test_a_departure_sent_before_the_old_groups_last_frame_still_departs() -> No
     node_exporter = {"__name__": "node_procs_running", "instance": "n1:9100", "cluster": "c"}
     dcgm = {"__name__": "DCGM_FI_DEV_GPU_TEMP", "instance": "n1:9400", "cluster": "c",
             "gpu": "0", "hpc_job": "job-7"}  # fmt: skip
-    frames: list[FrameData] = []
+    frames: list[Frame] = []
     # node_exporter late in bucket 0 (cluster only); the job's GPU series first in bucket 1
     for series in ([node_exporter, 28_000], [dcgm, B + 1_000], [node_exporter, B + 28_000]):
         b.add([Series(series[0], [(series[1], 12.0)])])
@@ -297,9 +296,9 @@ def test_a_node_is_on_hold_until_its_label_shows_again() -> None:
 
 
 def test_on_hold_travels_on_the_wire_record() -> None:
-    frame = FrameData("job-7", "n1", 0, {"procs_running": 1.0}, on_hold=True)
-    assert Frame.loads(encode_frame(frame), serializer="json").on_hold is True
-    plain = Frame.loads(encode_frame(FrameData("c", "n1", 0, {})), serializer="json")
+    frame = Frame("job-7", "n1", 0, {"procs_running": 1.0}, on_hold=True)
+    assert decode_frame(encode_frame(frame)).on_hold is True
+    plain = decode_frame(encode_frame(Frame("c", "n1", 0, {})))
     assert plain.on_hold is False
 
 

@@ -235,7 +235,7 @@ def dcgm_frames(builder, ts: int, xid_gpu1: float) -> list:  # type: ignore[no-u
 
 
 def run_xid_twice(catalog, line: str, log_bucket: int, gauge_bucket: int):  # type: ignore[no-untyped-def]
-    from streams.ingest.frames import FrameBuilder
+    from streams.ingest.builder import FrameBuilder
 
     builder = FrameBuilder(DEFAULT_FEATURES)
     p = pipeline(catalog)
@@ -255,7 +255,7 @@ def run_xid_twice(catalog, line: str, log_bucket: int, gauge_bucket: int):  # ty
 
 
 def test_frames_carry_the_pci_bus_id_of_each_gpu() -> None:
-    from streams.ingest.frames import FrameBuilder
+    from streams.ingest.builder import FrameBuilder
 
     (frame,) = dcgm_frames(FrameBuilder(DEFAULT_FEATURES), T0, 0.0)
     assert {k: v for k, v in frame.gpus.items() if k.startswith("pci_bus_id@")} == {
@@ -275,7 +275,7 @@ def test_a_kernel_line_and_the_dcgm_gauge_of_one_xid_are_one_alert(
 
 
 def test_the_pci_map_survives_a_restore(catalog) -> None:  # type: ignore[no-untyped-def]
-    from streams.ingest.frames import FrameBuilder
+    from streams.ingest.builder import FrameBuilder
 
     p = pipeline(catalog)
     for frame in dcgm_frames(FrameBuilder(DEFAULT_FEATURES), T0, 0.0):

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams.catalog import DEFAULT_FEATURES
-from streams.ingest.frames import FrameBuilder
+from streams.ingest.builder import FrameBuilder
 from streams.ingest.membership import (
     JobMembership,
     MembershipError,

@@ -9,7 +9,8 @@ from itertools import pairwise
 import pytest
 
 from detectors.features import FeatureSpec
-from streams.ingest.frames import FrameBuilder, FrameData
+from streams.frames import Frame
+from streams.ingest.builder import FrameBuilder
 from streams.ingest.scrape_phase import ScrapePhases, ScrapeTarget
 from streams.ingest.series import Series
 
@@ -53,10 +54,10 @@ def fleet_stream(
 
 def stream_through(
     b: FrameBuilder, stream: list[tuple[int, Series]], send_every_ms: int = 5_000
-) -> list[FrameData]:
+) -> list[Frame]:
     """remote_write-like: what was scraped is sent every ``send_every_ms``, event time as wall
     time; the flusher closes after each request with the old 10-s idle flush."""
-    frames: list[FrameData] = []
+    frames: list[Frame] = []
     i = 0
     while i < len(stream):
         until = stream[i][0] // send_every_ms * send_every_ms + send_every_ms
@@ -77,7 +78,7 @@ def test_spread_offsets_with_jitter_give_one_complete_frame_per_node_and_bucket(
     per_key = Counter((f.node, f.ts) for f in frames)
     assert max(per_key.values()) == 1  # never two frames (partials) of a node in a bucket
     assert all(f.ts % B == 0 for f in frames)
-    by_node: dict[str, list[FrameData]] = {}
+    by_node: dict[str, list[Frame]] = {}
     for f in sorted(frames, key=lambda f: f.ts):
         by_node.setdefault(f.node, []).append(f)
     assert len(by_node) == nodes

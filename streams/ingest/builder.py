@@ -28,7 +28,7 @@ arrives. Only when the whole stream stops (no ``add`` for ``idle_s`` of wall
 time; give it at least a bucket plus the grace) is everything open closed. A
 sample for a bucket that already closed opens a fresh
 *partial* frame for it; the worker merges frames of one (node, bucket) with
-``merge_frames``. Only samples whose bucket ended more than ``late_horizon_ms``
+``streams.frames.merge_frames``. Only samples whose bucket ended more than ``late_horizon_ms``
 before the watermark are dropped as late.
 
 Merging and sum features
@@ -61,6 +61,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from detectors.features import FeatureSpec, per_gpu_key
 from streams.catalog import features_for
+from streams.frames import Frame
 from streams.ingest.ha import HaTracker
 from streams.ingest.remote_write import is_stale_marker
 from streams.ingest.scrape_phase import ScrapePhases, ScrapeTarget
@@ -73,8 +74,6 @@ __all__ = [
     "DROP_REASONS",
     "AddStats",
     "FrameBuilder",
-    "FrameData",
-    "merge_frames",
     "node_from_instance",
 ]
 
@@ -113,27 +112,6 @@ class AddStats:
         return sum(self.dropped.values())
 
 
-@dataclass(slots=True)
-class FrameData:
-    """One node's features for one bucket (``ts`` = bucket start, ms); only finite values."""
-
-    group: str
-    node: str
-    ts: int
-    values: dict[str, float]
-    gpus: dict[str, str] = field(default_factory=dict)
-    # True for a departure notice: the node's series stopped carrying this
-    # group (the scheduler moved it out of the job). No values.
-    left: bool = False
-    # the node's role inside its group (a ``role_labels`` value on any of its series)
-    role: str | None = None
-    # True when none of the node's series carried the group's label in this bucket nor
-    # since (as far as the builder knows when the bucket closes): it is kept in the group
-    # on hold (``membership_hold_buckets``), not known to have stayed -- the worker takes
-    # its frame but pages nothing on its peer scores
-    on_hold: bool = False
-
-
 def node_from_instance(instance: str) -> str:
     """``instance`` without its ``:port``: ``host:9100`` -> ``host``, ``[::1]:9100`` -> ``::1``.
 
@@ -151,21 +129,8 @@ def node_from_instance(instance: str) -> str:
 # --- reductions ---------------------------------------------------------------------------------
 
 
-def _better(reduce: str, va: float, ga: str | None, vb: float, gb: str | None) -> bool:
-    """True if (vb, gb) beats (va, ga) under ``reduce`` (sum counts as max, see module doc).
-
-    Ties go to the smaller GPU id, and a named GPU beats none: a total order, so
-    reducing and merging are commutative, associative and idempotent.
-    """
-    if vb != va:
-        return vb < va if reduce == "min" else vb > va
-    if gb is None:
-        return False
-    return ga is None or gb < ga
-
-
 def _reduce(reduce: str, items: Iterable[tuple[float, str | None]]) -> tuple[float, str | None]:
-    """Fold ``items`` with ``reduce``: ``_better`` written out (this runs per feature per frame)."""
+    """Fold ``items`` with ``reduce``: ``streams.frames``' tie order written out (a hot path)."""
     if reduce == "sum":
         try:
             return math.fsum(v for v, _ in items), None
@@ -191,40 +156,6 @@ def _reduce(reduce: str, items: Iterable[tuple[float, str | None]]) -> tuple[flo
             elif g is not None and (best_g is None or g < best_g):
                 best_v, best_g = v, g
     return best_v, best_g
-
-
-def merge_frames(
-    a_values: Mapping[str, float],
-    a_gpus: Mapping[str, str],
-    b_values: Mapping[str, float],
-    b_gpus: Mapping[str, str],
-    features: Sequence[FeatureSpec],
-) -> tuple[dict[str, float], dict[str, str]]:
-    """Merge two partial frames of one (node, bucket) with each feature's reduction.
-
-    Commutative, associative and idempotent (merging a frame with itself, or
-    merging a resent frame again, changes nothing). Sum features merge as max:
-    the builder emits complete sums (see the module docstring). Features not in
-    ``features`` merge as max. Non-finite values are ignored.
-    """
-    reduce_of = {spec.name: spec.reduce for spec in features}
-    values: dict[str, float] = {}
-    gpus: dict[str, str] = {}
-    for name in a_values.keys() | b_values.keys():
-        reduce = reduce_of.get(name, "max")
-        best: tuple[float, str | None] | None = None
-        for vals, gpu_map in ((a_values, a_gpus), (b_values, b_gpus)):
-            v = vals.get(name)
-            if v is None or not math.isfinite(v):
-                continue
-            g = gpu_map.get(name) if reduce != "sum" else None
-            if best is None or _better(reduce, best[0], best[1], v, g):
-                best = (v, g)
-        if best is not None:
-            values[name] = best[0]
-            if best[1] is not None:
-                gpus[name] = best[1]
-    return values, gpus
 
 
 # --- builder state ------------------------------------------------------------------------------
@@ -347,7 +278,7 @@ _Slots = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...
 
 
 class FrameBuilder:
-    """Turns decoded series into ``FrameData``, one per (group, node, bucket).
+    """Turns decoded series into ``Frame``, one per (group, node, bucket).
 
     ``add`` accumulates, ``close_due`` / ``close_due_by_watermark`` hand out the
     frames whose bucket is over, ``flush_all`` everything (shutdown). State is
@@ -512,7 +443,7 @@ class FrameBuilder:
         self._last_add_s: float | None = None  # wall time of the last ``add`` that gave one
         self._keys: dict[tuple[tuple[str, str], ...], SeriesKey] = {}  # sorted labels -> key
         self._calls = 0
-        self._departures: list[FrameData] = []
+        self._departures: list[Frame] = []
         self._replay: list[Series] = []  # see ``_move``
         self._replay_dropped = 0
         # node -> {"pci_bus_id@<gpu>": bus id}: dcgm-exporter's label next to ``gpu``, sent in
@@ -932,7 +863,7 @@ class FrameBuilder:
                 moved = partial.group == old
                 partial.group = group
         if old is not None and old != group and (node.since < bucket or not moved):
-            self._departures.append(FrameData(old, node.name, bucket, {}, {}, left=True))
+            self._departures.append(Frame(old, node.name, bucket, {}, {}, left=True))
         node.group, node.rank = group, rank
         node.held = node.since = bucket
         if node.pending and group is not None:
@@ -974,7 +905,7 @@ class FrameBuilder:
 
     def close_due(
         self, watermark_ms: int | None, now_s: float | None = None, idle_s: float | None = None
-    ) -> list[FrameData]:
+    ) -> list[Frame]:
         """Frames whose bucket ended at or before ``watermark_ms`` -- and every open frame
         when (given ``now_s`` and ``idle_s``) no ``add`` came for ``idle_s`` seconds: the
         stream stopped. They are forgotten here.
@@ -999,11 +930,11 @@ class FrameBuilder:
 
     def close_due_by_watermark(
         self, now_s: float | None = None, idle_s: float | None = None
-    ) -> list[FrameData]:
+    ) -> list[Frame]:
         """``close_due`` at the builder's own watermark."""
         return self.close_due(self.watermark_ms, now_s, idle_s)
 
-    def flush_all(self) -> list[FrameData]:
+    def flush_all(self) -> list[Frame]:
         """Every open frame (shutdown); the builder keeps its per-series state."""
         due = [(b, name, p) for b, frames in self._open.items() for name, p in frames.items()]
         self._open.clear()
@@ -1012,8 +943,8 @@ class FrameBuilder:
         self._departures.clear()
         return out
 
-    def _emit(self, due: list[tuple[int, str, _Partial]]) -> list[FrameData]:
-        out: list[FrameData] = []
+    def _emit(self, due: list[tuple[int, str, _Partial]]) -> list[Frame]:
+        out: list[Frame] = []
         due.sort(key=lambda item: (item[0], item[2].group, item[1]))
         closed = self._closed
         for bucket, name, partial in due:
@@ -1028,7 +959,7 @@ class FrameBuilder:
                     node.assigned is None and node.group == partial.group and node.held < bucket
                 )
                 out.append(
-                    FrameData(
+                    Frame(
                         partial.group, name, bucket, values, gpus, role=node.role, on_hold=on_hold
                     )
                 )
