@@ -19,6 +19,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Literal, get_args
 
+DEFAULT_BUCKET_MS = 30_000
+"""A feature is one number per node per bucket of this length (``bucket_s`` sets it)."""
+
 Kind = Literal["counter", "gauge"]
 Reduce = Literal["max", "min", "sum"]
 Direction = Literal["up", "down", "both"]

@@ -29,7 +29,7 @@ from functools import lru_cache
 from typing import Any
 
 from detectors.alerts import AlertChange
-from detectors.features import split_per_gpu_key
+from detectors.features import DEFAULT_BUCKET_MS, split_per_gpu_key
 from detectors.fusion import Signal
 from detectors.remap import RemapParams, RemapTracker, RemapVerdict
 from detectors.xid.catalog import XidCatalog
@@ -54,7 +54,7 @@ _REMAP_KEYS = frozenset(_REMAP_FIELDS)
 
 @dataclass(frozen=True)
 class GpuHealthParams:
-    bucket_ms: int = 30_000
+    bucket_ms: int = DEFAULT_BUCKET_MS
     xid_hold_buckets: int = 60  # an XID alert stays up 30 min unless another XID comes
     resolve_after: int = 4
     gauge: XidGaugeParams = field(default_factory=XidGaugeParams)

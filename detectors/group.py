@@ -220,16 +220,17 @@ class ScoringParams:
     """
 
     min_peers: int = 8
-    z_evidence: float = 4.0
-    z_clip: float = 10.0
-    top_k: int = 3
-    score_threshold: float = 8.0
-    cluster_fraction: float = 0.3
-    max_signals: int = 5
-    persistence: int = 3
-    silent_buckets: int = 2
+    # the fusion's and the lifecycle's knobs, flat for settings; their defaults are theirs
+    z_evidence: float = FusionParams.z_evidence
+    z_clip: float = FusionParams.z_clip
+    top_k: int = FusionParams.top_k
+    score_threshold: float = FusionParams.score_threshold
+    cluster_fraction: float = FusionParams.cluster_fraction
+    max_signals: int = FusionParams.max_signals
+    persistence: int = AlertParams.persistence
+    silent_buckets: int = AlertParams.silent_buckets
     gap_min_features: int = 3
-    resolve_after: int = 4
+    resolve_after: int = AlertParams.resolve_after
     shift_threshold: float = 0.35
     shift_release: float = 0.25
     shift_alpha: float = 0.1

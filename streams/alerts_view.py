@@ -22,6 +22,7 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.table import Table
 
+from detectors.features import DEFAULT_BUCKET_MS
 from streams.kafka import client_options, start_client
 from streams.settings import Settings
 
@@ -44,7 +45,7 @@ def alerts_table(
     alerts: Sequence[dict],
     *,
     xid_bucket_ms: int | None = None,
-    bucket_ms: int = 30_000,
+    bucket_ms: int = DEFAULT_BUCKET_MS,
     time_format: str = "%H:%M:%S",
     rows: int = ROWS,
 ) -> Table:

@@ -206,6 +206,7 @@ def simulate(
     import asyncio
     import time
 
+    from detectors.features import DEFAULT_BUCKET_MS
     from streams.sources.simulator import (
         ClusterConfig,
         NvlinkBusFault,
@@ -214,8 +215,9 @@ def simulate(
         write_ground_truth,
     )
 
-    end_ms = int(time.time() * 1000) // 30_000 * 30_000
-    start_ms = end_ms - int(hours * 3600_000) // 30_000 * 30_000
+    bucket = DEFAULT_BUCKET_MS
+    end_ms = int(time.time() * 1000) // bucket * bucket
+    start_ms = end_ms - int(hours * 3600_000) // bucket * bucket
     faults = (
         (NvlinkBusFault(node=fault_node, gpu=3, onset_ms=start_ms + int(fault_after * 1000)),)
         if fault_node

@@ -23,13 +23,14 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.panel import Panel
 
+from detectors.features import DEFAULT_BUCKET_MS
 from streams.alerts_view import alerts_table, utc_clock, watch_alerts
 from streams.services import EmbeddedBroker, PeerwatchProcess, free_port
 from streams.settings import Settings
 from streams.sources.simulator import ClusterConfig, NvlinkBusFault, replay
 from streams.topics import ensure_topics
 
-BUCKET_MS = 30_000
+BUCKET_MS = DEFAULT_BUCKET_MS
 
 
 @dataclass

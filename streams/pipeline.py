@@ -39,15 +39,14 @@ from detectors.failslow.alerts import (
 )
 from detectors.failslow.inputs import InputParams, job_inputs
 from detectors.failslow.localise import NodeMetrics
-from detectors.failslow.mitigation import MitigationParams
 from detectors.failslow.monitor import (
     FailSlowParams,
     FailSlowState,
     FailSlowVerdict,
     step_failslow,
 )
-from detectors.failslow.slo import SloParams, SloSummary, summarise
-from detectors.features import FeatureSpec, class_of
+from detectors.failslow.slo import SloSummary, summarise
+from detectors.features import DEFAULT_BUCKET_MS, FeatureSpec, class_of
 from detectors.gpu_health import GpuHealthParams
 from detectors.group import BucketResult, GroupState, ScoringParams, score_bucket
 from detectors.phase import Phase
@@ -97,16 +96,21 @@ class Pipeline:
         params: ScoringParams,
         catalog: XidCatalog,
         *,
-        bucket_ms: int = 30_000,
+        bucket_ms: int = DEFAULT_BUCKET_MS,
         grace_s: float = 20.0,
         membership_buckets: int = 20,
+        gpu_health: GpuHealthParams | None = None,
         failslow: FailSlowParams | None = None,
     ) -> None:
         self.features = tuple(features)
         self.params = params
         self.catalog = catalog
-        self.gpu_params = GpuHealthParams(bucket_ms=bucket_ms)
+        self.gpu_params = gpu_health or GpuHealthParams(bucket_ms=bucket_ms)
         self.failslow_params = failslow or failslow_params(bucket_ms)
+        if self.gpu_params.bucket_ms != bucket_ms or self.failslow_params.slo.bucket_s != (
+            bucket_ms / 1000.0
+        ):
+            raise ValueError(f"GPU health and fail-slow parameters must use bucket_ms={bucket_ms}")
         self.failslow_inputs = InputParams(gpus_per_node=self.failslow_params.slo.gpus_per_node)
         self.failslow_alert_params = FailSlowAlertParams(
             resolve_after=self.failslow_params.slo.merge_gap_buckets or 1, bucket_ms=bucket_ms
@@ -124,14 +128,17 @@ class Pipeline:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Pipeline:
-        """The pipeline the worker runs for ``settings`` (features, catalog, timing)."""
+        """The pipeline the worker runs for ``settings`` (features, catalog, timing, every
+        detector family's parameters)."""
         return cls(
             features_for(settings),
-            ScoringParams(),
+            settings.scoring,
             load_xid_catalog(settings.xid_profile, settings.xid_overrides),
             bucket_ms=settings.bucket_ms,
             grace_s=settings.grace_s,
             membership_buckets=settings.membership_buckets,
+            gpu_health=settings.gpu_health,
+            failslow=settings.failslow,
         )
 
     def window(self, group: str) -> GroupWindow:
@@ -371,7 +378,4 @@ def with_phase(changes: Sequence[AlertChange], phase: Phase | None) -> list[Aler
 
 def failslow_params(bucket_ms: int) -> FailSlowParams:
     """The fail-slow defaults for buckets of ``bucket_ms`` (loss and SLO time are in seconds)."""
-    bucket_s = bucket_ms / 1000.0
-    return FailSlowParams(
-        mitigation=MitigationParams(bucket_s=bucket_s), slo=SloParams(bucket_s=bucket_s)
-    )
+    return FailSlowParams().for_bucket(bucket_ms / 1000.0)

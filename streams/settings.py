@@ -10,19 +10,47 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+from contextvars import ContextVar
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from detectors.failslow.monitor import FailSlowParams
+from detectors.features import DEFAULT_BUCKET_MS
+from detectors.gpu_health import GpuHealthParams
+from detectors.group import ScoringParams
 
 
 class Settings(BaseSettings):
     # hide_input_in_errors: a model-level error would otherwise print every input, secrets too
     model_config = SettingsConfigDict(
-        env_prefix="PEERWATCH_", extra="forbid", hide_input_in_errors=True
+        env_prefix="PEERWATCH_",
+        env_nested_delimiter="__",  # PEERWATCH_SCORING__Z_EVIDENCE=5: one field of a section
+        extra="forbid",
+        hide_input_in_errors=True,
     )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # CLI flags > environment > config file, merged field by field, so that one field
+        # of a section from the environment overrides only that field of the file's section
+        return (init_settings, env_settings, _ConfigFileSource(settings_cls))
 
     # Kafka
     kafka: str = Field("kafka://127.0.0.1:9092", description="broker URL(s), faust style")
@@ -72,7 +100,11 @@ class Settings(BaseSettings):
     )
 
     # time
-    bucket_s: int = Field(30, ge=1)
+    bucket_s: int = Field(
+        DEFAULT_BUCKET_MS // 1000,
+        ge=1,
+        description="bucket size of the ingest's frames, the worker's windows and every detector",
+    )
     grace_s: float = Field(20.0, ge=0, description="wait this long for late nodes before scoring")
     membership_buckets: int = Field(
         20, ge=1, description="a node is expected if seen this recently"
@@ -82,6 +114,9 @@ class Settings(BaseSettings):
     ingest_host: str = "127.0.0.1"
     ingest_port: int = Field(9201, ge=0, le=65535)
     max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024)
+    ingest_grace_s: float = Field(
+        15.0, ge=0, description="a bucket's frames leave this long after its end, in event time"
+    )
     ingest_idle_flush_s: float = Field(
         45.0, gt=0, description="close every open bucket after this long without any sample"
     )
@@ -176,6 +211,45 @@ class Settings(BaseSettings):
         description="the Grafana dashboard's URL: an alert's generatorURL, filtered to its "
         "group and node (var-group, var-node); the runbook if unset",
     )
+
+    # Detector parameters, one section per family: a table in the config file
+    # (``scoring: {z_evidence: 5}``) or one field from the environment
+    # (PEERWATCH_SCORING__Z_EVIDENCE=5). The defaults and the checks are the
+    # detectors' own parameter dataclasses'.
+    scoring: ScoringParams = Field(
+        default_factory=ScoringParams,
+        description="peer scoring: fusion, lifecycle, group-shift guard, learned baselines, "
+        "multivariate model, populations, phases (detectors.group.ScoringParams)",
+    )
+    gpu_health: GpuHealthParams = Field(
+        default_factory=GpuHealthParams,
+        description="per-GPU health: XID hold, gauge, escalation, row remaps "
+        "(detectors.gpu_health.GpuHealthParams)",
+    )
+    failslow: FailSlowParams = Field(
+        default_factory=FailSlowParams,
+        description="fail-slow: change points, cycles, localisation, mitigation, SLO "
+        "(detectors.failslow.monitor.FailSlowParams)",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bucket_only_from_bucket_s(cls, data: Any) -> Any:
+        # the sections' bucket fields follow bucket_s; a second place to set it would disagree
+        if isinstance(data, dict):
+            for path in _BUCKET_FIELDS:
+                node: Any = data
+                for key in path[:-1]:
+                    node = node.get(key) if isinstance(node, dict) else None
+                if isinstance(node, dict) and path[-1] in node:
+                    raise ValueError(f"{'.'.join(path)} follows bucket_s: set bucket_s instead")
+        return data
+
+    @model_validator(mode="after")
+    def _detectors_follow_the_bucket(self) -> Settings:
+        self.gpu_health = replace(self.gpu_health, bucket_ms=self.bucket_ms)
+        self.failslow = self.failslow.for_bucket(float(self.bucket_s))
+        return self
 
     @field_validator("dashboard_url")
     @classmethod
@@ -276,6 +350,13 @@ class Settings(BaseSettings):
         return ",".join(u.split("://", 1)[-1] for u in self.kafka.split(";"))
 
 
+# detector fields that bucket_s sets (Settings._detectors_follow_the_bucket)
+_BUCKET_FIELDS = (
+    ("gpu_health", "bucket_ms"),
+    ("failslow", "mitigation", "bucket_s"),
+    ("failslow", "slo", "bucket_s"),
+)
+
 # ``scheme://user:password@`` in a URL (or each of a ``;``-separated list)
 _URL_PASSWORD = re.compile(r"(://[^/@:;]*):[^/@;]*@")
 
@@ -333,14 +414,27 @@ def _read_file(path: Path) -> dict[str, Any]:
     return {k.replace("-", "_"): v for k, v in data.items()}
 
 
+# the config file's values while load_settings builds a Settings (its lowest source)
+_CONFIG_FILE_VALUES: ContextVar[dict[str, Any] | None] = ContextVar(
+    "peerwatch_config_file", default=None
+)
+
+
+class _ConfigFileSource(PydanticBaseSettingsSource):
+    """The values ``load_settings`` read from the config file."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # unused: __call__ hands over the whole mapping
+
+    def __call__(self) -> dict[str, Any]:
+        return _CONFIG_FILE_VALUES.get() or {}
+
+
 def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
     """Build settings from file < environment < ``overrides`` (CLI flags; None = not given)."""
     path = config or (Path(p) if (p := os.environ.get("PEERWATCH_CONFIG")) else None)
-    from_file = _read_file(path) if path else {}
-    env_names = {k.upper() for k in os.environ}  # pydantic-settings matches any case
-    env_set = {name for name in Settings.model_fields if f"PEERWATCH_{name.upper()}" in env_names}
-    base = {k: v for k, v in from_file.items() if k not in env_set}
-    cli = {k: v for k, v in overrides.items() if v is not None}
-    # pydantic-settings gives init kwargs priority over env; file values are
-    # passed only where the environment is silent, so env still beats the file.
-    return Settings(**{**base, **cli})
+    token = _CONFIG_FILE_VALUES.set(_read_file(path) if path else {})
+    try:
+        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    finally:
+        _CONFIG_FILE_VALUES.reset(token)

@@ -50,6 +50,7 @@ from detectors.alerts import AlertChange
 from detectors.failslow.localise import Culprit, Localisation
 from detectors.failslow.mitigation import STAGES, Stage
 from detectors.failslow.monitor import FailSlowVerdict
+from detectors.features import DEFAULT_BUCKET_MS
 from detectors.fusion import Signal
 
 __all__ = [
@@ -80,7 +81,7 @@ class FailSlowAlertParams:
     ``bucket_ms``: bucket length (turns bucket indices into timestamps)."""
 
     resolve_after: int = 10
-    bucket_ms: int = 30_000
+    bucket_ms: int = DEFAULT_BUCKET_MS
 
     def __post_init__(self) -> None:
         for name in ("resolve_after", "bucket_ms"):

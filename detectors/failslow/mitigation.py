@@ -39,6 +39,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from detectors.features import DEFAULT_BUCKET_MS
+
 __all__ = [
     "STAGES",
     "Advice",
@@ -88,7 +90,7 @@ class MitigationParams:
     median load), back to baseline. ``bucket_s``: seconds per bucket.
     """
 
-    bucket_s: float = 30.0
+    bucket_s: float = DEFAULT_BUCKET_MS / 1000
     rebalance: StageCost = field(
         default_factory=lambda: StageCost(10.0, 1.59, frozenset({"compute", "cpu"}))
     )

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from detectors.failslow.changepoint import (
@@ -69,6 +69,14 @@ class FailSlowParams:
             raise ValueError(f"localise_buckets must be an int >= 1, got {n!r}")
         if self.mitigation.bucket_s != self.slo.bucket_s:
             raise ValueError("mitigation and slo must use the same bucket_s")
+
+    def for_bucket(self, bucket_s: float) -> FailSlowParams:
+        """These parameters for buckets of ``bucket_s`` seconds (loss and SLO time are seconds)."""
+        return replace(
+            self,
+            mitigation=replace(self.mitigation, bucket_s=bucket_s),
+            slo=replace(self.slo, bucket_s=bucket_s),
+        )
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from typing import Any
 from detectors.failslow.localise import Localisation
 from detectors.failslow.mitigation import STAGES, Advice, Stage
 from detectors.failslow.quantile import QuantileSketch
+from detectors.features import DEFAULT_BUCKET_MS
 
 __all__ = ["Incident", "SloParams", "SloState", "SloSummary", "step_slo", "summarise"]
 
@@ -50,7 +51,7 @@ __all__ = ["Incident", "SloParams", "SloState", "SloSummary", "step_slo", "summa
 class SloParams:
     """Accounting parameters (see the module docstring)."""
 
-    bucket_s: float = 30.0
+    bucket_s: float = DEFAULT_BUCKET_MS / 1000
     band: float = 0.9
     expected_throughput: float | None = None
     min_baseline_buckets: int = 10

@@ -29,6 +29,7 @@ from typing import Any
 import httpx
 from aiokafka import AIOKafkaConsumer
 
+from detectors.features import DEFAULT_BUCKET_MS
 from streams.alerting import alert_labels
 from streams.chaos.faults import Fault, parse_faults
 from streams.chaos.proxy import StallingProxy
@@ -50,7 +51,7 @@ from streams.sources.simulator import ClusterConfig, NvlinkBusFault, generate, p
 
 log = logging.getLogger("peerwatch.chaos")
 
-BUCKET_MS = 30_000
+BUCKET_MS = DEFAULT_BUCKET_MS
 DEFAULT_FAULTS = (
     "kill-worker@60,am-stall@90:30,kill-ingest@150,restart-broker@210,am-outage@270:300"
 )

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from detectors.features import DEFAULT_BUCKET_MS
 from streams.evaluation.alerts import alert_episodes, to_alert_event
 from streams.sources.simulator.faults import GroundTruth
 
@@ -44,7 +45,7 @@ _EVENT_COLOURS = {
 def score_matrix(
     scores: Iterable[tuple[int, str, float]],
     *,
-    bucket_ms: int = 30_000,
+    bucket_ms: int = DEFAULT_BUCKET_MS,
     nodes: Sequence[str] | None = None,
 ) -> tuple[list[str], IntArray, FloatArray]:
     """``(bucket_ts, node, score)`` triples → ``(nodes, bucket_ts, matrix)`` on a full grid.
@@ -94,7 +95,7 @@ def plot_score_heatmap(
     truth: Iterable[GroundTruth] = (),
     alerts: Iterable[Any] = (),
     *,
-    bucket_ms: int = 30_000,
+    bucket_ms: int = DEFAULT_BUCKET_MS,
     title: str | None = None,
     vmax: float | None = None,
     max_columns: int = 2000,

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from detectors.alerts import AlertChange
 from detectors.features import per_gpu_key
-from detectors.gpu_health import GpuHealthParams, GpuHealthState, step_gpu_health
+from detectors.gpu_health import GpuHealthState, step_gpu_health
 from streams.catalog import load_xid_catalog
 from streams.evaluation.scoring import RunScore, score_run
 from streams.offline import score_rounds
@@ -48,7 +48,7 @@ def evaluation_settings() -> Settings:
 def remap_track_changes(track: RemapSeries, group: str, settings: Settings) -> list[AlertChange]:
     """Feed one GPU's coarse remap track through the per-GPU health detector."""
     catalog = load_xid_catalog(settings.xid_profile, settings.xid_overrides)
-    params = GpuHealthParams(bucket_ms=settings.bucket_ms)
+    params = settings.gpu_health
     state = GpuHealthState.new(catalog, params)
     gpu = str(track.gpu)
     changes: list[AlertChange] = []

@@ -70,6 +70,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from detectors.features import DEFAULT_BUCKET_MS
 from streams.evaluation.alerts import AlertEpisode, Firing, alert_episodes, to_alert_event
 from streams.evaluation.taxonomy import (
     FAMILY_CLASSES,
@@ -263,7 +264,7 @@ def score_run(
     nodes: Sequence[str],
     start_ms: int,
     end_ms: int,
-    bucket_ms: int = 30_000,
+    bucket_ms: int = DEFAULT_BUCKET_MS,
     windows: ScoringWindows | None = None,
     expectations: Mapping[str, FaultExpectation] = FAULT_EXPECTATIONS,
     family_classes: Mapping[str, str | None] = FAMILY_CLASSES,

@@ -59,7 +59,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from detectors.features import FeatureSpec, per_gpu_key
+from detectors.features import DEFAULT_BUCKET_MS, FeatureSpec, per_gpu_key
 from streams.catalog import features_for
 from streams.frames import Frame
 from streams.ingest.ha import HaTracker
@@ -316,7 +316,7 @@ class FrameBuilder:
         features: Sequence[FeatureSpec],
         node_labels: Sequence[str] = ("instance", "hostname", "Hostname"),
         group_labels: Sequence[str] = ("cluster",),
-        bucket_ms: int = 30_000,
+        bucket_ms: int = DEFAULT_BUCKET_MS,
         *,
         grace_ms: int = 15_000,
         late_horizon_ms: int = 600_000,
@@ -1074,6 +1074,7 @@ def frame_builder_for(settings: Settings) -> FrameBuilder:
         node_labels=tuple(settings.node_labels),
         group_labels=tuple(settings.group_labels),
         bucket_ms=settings.bucket_ms,
+        grace_ms=int(settings.ingest_grace_s * 1000),
         membership_hold_buckets=settings.membership_hold_buckets,
         role_labels=tuple(settings.role_labels),
         replica_labels=tuple(settings.replica_labels),

@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 
 from detectors.alerts import AlertChange
+from detectors.features import DEFAULT_BUCKET_MS
 from streams.alerting import alert_annotations, alert_labels
 from streams.sinks.credentials import BearerAuth, without_userinfo
 from streams.sinks.outbox import Outbox, Outcome, alert_key, deliver_forever
@@ -39,7 +40,7 @@ class GrafanaSink:
         *,
         token: str | None = None,
         dashboard_uid: str | None = None,
-        bucket_ms: int = 30_000,
+        bucket_ms: int = DEFAULT_BUCKET_MS,
         backoff_max_s: float = 30.0,
         outbox: Outbox | None = None,
         auth: httpx.Auth | None = None,
