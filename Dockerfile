@@ -10,7 +10,10 @@ RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 FROM python:3.11-slim
 RUN useradd --system --uid 10001 --home-dir /var/lib/peerwatch --create-home peerwatch
 COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
+# rocksdb:// (the Kubernetes manifests' store) needs rocksdict's binary wheel to load
+# here (glibc >= 2.28, libstdc++): fail the build, not the worker's first start
+RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels \
+    && python -c "import rocksdict"
 USER peerwatch
 WORKDIR /var/lib/peerwatch
 ENV PEERWATCH_DATADIR=/var/lib/peerwatch/data \

@@ -77,13 +77,19 @@ def ingest(ctx: click.Context, **flags: Any) -> None:
 @click.option("--datadir", type=click.Path(path_type=Path), help="Faust state directory.")
 @click.option("--store", help="Table store: memory:// or rocksdb:// (on disk in --datadir).")
 @click.option("--web-host", "worker_web_host", help="/metrics, /-/healthy, /-/ready address.")
-@click.option("--metrics-port", "worker_web_port", type=int, help="/metrics port; 0 disables.")
+@click.option("--web-port", "worker_web_port", type=int, help="Their port (6066); 0: no server.")
+# the old name of --web-port (it serves the probes too), kept so scripts using it still work
+@click.option("--metrics-port", type=int, hidden=True, deprecated="Use --web-port.")
 @click.pass_context
-def worker(ctx: click.Context, **flags: Any) -> None:
+def worker(ctx: click.Context, metrics_port: int | None, **flags: Any) -> None:
     """Score frames per peer group and send alerts (a Faust worker)."""
     from streams.app import run_worker
     from streams.kafka import KafkaLoginError
 
+    if metrics_port is not None:
+        if flags["worker_web_port"] is not None:
+            raise click.UsageError("--metrics-port is the old name of --web-port: give one")
+        flags["worker_web_port"] = metrics_port
     try:
         run_worker(_settings(ctx, **flags), loglevel=ctx.obj["log_level"])
     except KafkaLoginError as exc:

@@ -7,12 +7,14 @@ itself to run a callback, so a wedged loop is seen as one.
 Ready means: the frames agent runs, a partition assignment has completed and
 the table state it brought is restored (Faust's ``on_rebalance_complete``;
 a new rebalance takes readiness down until then), and the last Kafka probe
-answered.
+answered. Each change of readiness is logged (``worker_ready`` /
+``worker_not_ready reason=...``): a probe sees a short rebalance only by luck.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import threading
 from collections.abc import Callable, Iterable
@@ -23,6 +25,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import make_wsgi_app
 
 from streams.metrics import WorkerMetrics
+
+log = logging.getLogger("peerwatch.worker")
 
 LIVENESS_TIMEOUT_S = 5.0  # the event loop must run a callback within this to be healthy
 
@@ -37,6 +41,7 @@ class WorkerHealth:
         self.restored = False
         self.agent = False
         self.kafka_error: str | None = None
+        self._said: str | None = "starting"  # the reason last logged (None: ready)
 
     def rebalancing(self) -> None:
         self.restored = False
@@ -59,7 +64,14 @@ class WorkerHealth:
         self._update()
 
     def _update(self) -> None:
-        self.metrics.ready.set(0 if self.not_ready() else 1)
+        reason = self.not_ready()
+        self.metrics.ready.set(0 if reason else 1)
+        if reason != self._said:
+            if reason is None:
+                log.info("worker_ready")
+            else:
+                log.info("worker_not_ready reason=%r", reason)
+            self._said = reason
 
     def not_ready(self) -> str | None:
         """Why the worker is not ready, or None."""

@@ -62,6 +62,15 @@ def test_peerwatch_services_set_only_real_settings(services: dict[str, dict[str,
         assert env["PEERWATCH_KAFKA"] == "kafka://kafka:9092"
 
 
+def test_the_worker_keeps_its_tables_in_rocksdb_on_its_volume(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    worker = services["peerwatch-worker"]
+    assert worker["environment"]["PEERWATCH_STORE"] == "rocksdb://"
+    (volume,) = worker["volumes"]
+    assert volume == f"peerwatch-data:{worker['environment']['PEERWATCH_DATADIR']}"
+
+
 def test_the_alertmanager_config_is_the_shipped_one(services: dict[str, dict[str, Any]]) -> None:
     (mount,) = services["alertmanager"]["volumes"]
     assert mount.startswith("../alertmanager/alertmanager.yml:")

@@ -3,11 +3,15 @@ an operator runs them, against the session's Apache Kafka (and one of the test's
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 import time
 from pathlib import Path
 
 import httpx
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment as MemberAssignment
 
 from streams.services import KafkaKRaft, PeerwatchProcess, free_port
 from tests.integration.harness import Deployment
@@ -134,3 +138,76 @@ def test_ingest_and_worker_ready_follow_kafka_down_and_up(tmp_path: Path) -> Non
     log = (tmp_path / "ingest.log").read_text()
     # the idle producer's probe saw the broker go, and logging it did not crash the producer
     assert "kafka_unreachable" in log and "background_task_failed" not in log, log[-3000:]
+
+
+async def _members_partitions(bootstrap: str, group: str, topic: str) -> list[set[int]]:
+    """The partitions of ``topic`` each member of consumer ``group`` holds, as Kafka says."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        (response,) = await admin.describe_consumer_groups([group])
+    finally:
+        await admin.close()
+    (described,) = response.to_object()["groups"]
+    members = [MemberAssignment.decode(m["member_assignment"]) for m in described["members"]]
+    return [{p for t, ps in m.assignment if t == topic for p in ps} for m in members]
+
+
+def test_worker_goes_unready_while_a_joining_worker_rebalances_the_group(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """A second worker in the same consumer group takes half the partitions: the first is
+    not ready from the revocation until its new assignment's state is restored, then ready
+    again, and the two own disjoint halves of the frames topic. On RocksDB, as deployed."""
+    first = Deployment.new(kafka_bootstrap, "", tmp_path / "first")
+    first.env["PEERWATCH_STORE"] = "rocksdb://"
+    port = free_port()  # given as --web-port: the flag wins over the first's environment
+    second_env = {**first.env, "PEERWATCH_DATADIR": str(tmp_path / "second" / "worker")}
+    ready = f"http://127.0.0.1:{first.metrics_port}/-/ready"
+    seen: list[tuple[int, str]] = []
+    stop = threading.Event()
+
+    def watch() -> None:  # every answer of the first worker's /-/ready while the second joins
+        while not stop.is_set():
+            seen.append(get(ready))
+            time.sleep(0.05)
+
+    log = tmp_path / "first" / "worker.log"
+    with first.worker():
+        assert get(ready) == (200, "ok\n")
+        before = len(log.read_text().splitlines())
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        second = PeerwatchProcess(
+            ["worker", "--web-port", str(port)], second_env, tmp_path / "second.log",
+            f"http://127.0.0.1:{port}/-/ready",
+        )  # fmt: skip
+        try:
+            with second:
+                back = poll_until(ready, 200, timeout_s=30)  # ready again after the rebalance
+                env = first.env
+                split = asyncio.run(
+                    _members_partitions(
+                        kafka_bootstrap, env["PEERWATCH_APP_ID"], env["PEERWATCH_TOPIC_FRAMES"]
+                    )
+                )
+                lines = log.read_text().splitlines()[before:]  # before the stop's own changes
+        finally:
+            stop.set()
+            watcher.join()
+    said = [
+        ln.split("worker_", 1)[1]
+        for ln in lines
+        if " worker_ready" in ln or " worker_not_ready" in ln
+    ]  # the first worker's readiness changes, as it logged them, from the join on
+    assert said and said[0] == "not_ready reason='rebalancing: table state not restored yet'", said
+    assert said[-1] == "ready", said
+    assert all(s in ("ready", said[0]) for s in said), said
+    # the probe's view: a rebalance's sub-second gap is caught only if a poll lands in it
+    down = [text for status, text in seen if status == 503]
+    assert seen[0] == (200, "ok\n") and back[-1] == (200, "ok\n"), (seen[:1], back[-1:])
+    assert all(t.startswith("rebalancing: table state not restored") for t in down), set(down)
+    print(f"/-/ready polled {len(seen)} times during the join, {len(down)} answered 503")
+    # Kafka's view: two members, each holding two of the frames topic's four partitions
+    assert sorted(map(len, split)) == [2, 2], split
+    assert set().union(*split) == {0, 1, 2, 3}, split

@@ -18,9 +18,12 @@ import kubernetes_validate
 import pytest
 import yaml
 from cloudcoil.models.prometheus_operator import v1 as operator
+from faust.auth import SASLCredentials
 
+from streams.kafka import client_options, faust_credentials
 from streams.metrics import IngestMetrics, WorkerMetrics
 from streams.settings import Settings, load_settings
+from tests.integration.harness import make_tls_files
 from tests.integration.test_deploy_config import _run as run_tool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -183,23 +186,37 @@ def test_probes_resources_and_hardening(objects: list[dict[str, Any]], name: str
     assert mounts <= volumes
 
 
-def test_the_worker_keeps_its_state_on_its_claim(objects: list[dict[str, Any]]) -> None:
+def _mounted_settings(
+    objects: list[dict[str, Any]], name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Settings:
+    """The settings container ``name`` loads: the ConfigMap, the Secret's keys as files in
+    ``tmp_path`` (for /etc/peerwatch/secrets) and the container's environment."""
+    config = tmp_path / "config.yaml"
+    config.write_text(one(objects, "ConfigMap", "peerwatch-config")["data"]["config.yaml"])
+    for key, value in one(objects, "Secret", "peerwatch-credentials")["stringData"].items():
+        (tmp_path / key).write_text(value)
+    # the placeholder is no PEM: a real CA where the user puts theirs
+    shutil.copy(make_tls_files(tmp_path / "tls").ca, tmp_path / "kafka-ca.crt")
+    for var in [v for v in os.environ if v.startswith("PEERWATCH_")]:
+        monkeypatch.delenv(var)
+    (container,) = _pods(objects)[name]["spec"]["containers"]
+    for env in container["env"]:
+        value = env["value"].replace("/etc/peerwatch/secrets", str(tmp_path))
+        monkeypatch.setenv(env["name"], str(config) if env["name"] == "PEERWATCH_CONFIG" else value)
+    return load_settings()
+
+
+def test_the_worker_keeps_its_state_on_its_claim(
+    objects: list[dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RocksDB (the store the README recommends) under the datadir, which is the claim."""
     worker = one(objects, "StatefulSet", "peerwatch-worker")
     (container,) = worker["spec"]["template"]["spec"]["containers"]
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
-    settings = _config(objects)
+    settings = _mounted_settings(objects, "peerwatch-worker", tmp_path, monkeypatch)
+    assert settings.store == "rocksdb://"
     assert mounts["state"] == str(settings.datadir)
     assert worker["spec"]["serviceName"] == "peerwatch-worker"
-
-
-def _config(objects: list[dict[str, Any]], tmp: Path | None = None) -> Settings:
-    text = one(objects, "ConfigMap", "peerwatch-config")["data"]["config.yaml"]
-    path = Path(os.environ.get("TMPDIR", "/tmp")) / f"peerwatch-k8s-config-{os.getpid()}.yaml"
-    path.write_text(text)
-    try:
-        return load_settings(path)
-    finally:
-        path.unlink()
 
 
 @pytest.mark.parametrize("name", ["peerwatch-ingest", "peerwatch-worker"])
@@ -208,18 +225,9 @@ def test_each_process_loads_its_settings_as_mounted(
 ) -> None:
     """The ConfigMap and the Secret's files, with the container's environment, load as
     settings (extra="forbid": a misspelled setting fails; pairs like username + password
-    must both be there), the secrets read from their files."""
-    config = tmp_path / "config.yaml"
-    config.write_text(one(objects, "ConfigMap", "peerwatch-config")["data"]["config.yaml"])
-    for key, value in one(objects, "Secret", "peerwatch-credentials")["stringData"].items():
-        (tmp_path / key).write_text(value)
-    for var in [v for v in os.environ if v.startswith("PEERWATCH_")]:
-        monkeypatch.delenv(var)
-    (container,) = _pods(objects)[name]["spec"]["containers"]
-    for env in container["env"]:
-        value = env["value"].replace("/etc/peerwatch/secrets", str(tmp_path))
-        monkeypatch.setenv(env["name"], str(config) if env["name"] == "PEERWATCH_CONFIG" else value)
-    settings = load_settings()
+    must both be there), the secrets read from their files; the Kafka login they make is
+    what aiokafka and Faust are given (SASL_SSL, SCRAM, the mounted CA)."""
+    settings = _mounted_settings(objects, name, tmp_path, monkeypatch)
     assert settings.ingest_host == settings.worker_web_host == "0.0.0.0"
     assert settings.runbook_base_url.endswith("/docs/runbooks")
     secret = (
@@ -228,6 +236,14 @@ def test_each_process_loads_its_settings_as_mounted(
         else settings.alertmanager_password
     )
     assert secret is not None and secret.get_secret_value().startswith("REPLACE")
+    options = client_options(settings)
+    assert options["security_protocol"] == "SASL_SSL"
+    assert options["sasl_mechanism"] == "SCRAM-SHA-512"
+    assert options["sasl_plain_username"] == "peerwatch"
+    assert options["sasl_plain_password"] == "REPLACE-ME"  # the Secret's kafka-password
+    assert options["ssl_context"] is not None
+    assert settings.kafka_ca_file == tmp_path / "kafka-ca.crt"
+    assert isinstance(faust_credentials(settings), SASLCredentials)
 
 
 def test_every_environment_variable_is_a_setting(objects: list[dict[str, Any]]) -> None:
