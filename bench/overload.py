@@ -62,7 +62,7 @@ from bench.ingest_bench import simulate
 from bench.procmem import growth_mib, rss_mib
 from streams.ingest.remote_write import encode_write_request
 from streams.ingest.series import Series
-from streams.services import EmbeddedBroker, KafkaKRaft, PeerwatchProcess, free_port
+from streams.services import EmbeddedBroker, KafkaKRaft, PeerwatchProcess, free_port, peerwatch_env
 from streams.sources.simulator.run import MAX_SAMPLES_PER_SEND
 
 HEADERS = {
@@ -462,13 +462,7 @@ def main(argv: list[str] | None = None) -> None:
         workdir = Path(tmp)
         broker = KafkaKRaft(workdir / "kafka") if args.broker == "kraft" else EmbeddedBroker()
         run, port = uuid.uuid4().hex[:8], free_port()
-        env = {
-            "PEERWATCH_KAFKA": f"kafka://{broker.bootstrap}",
-            "PEERWATCH_TOPIC_FRAMES": f"overload-{run}-frames",
-            "PEERWATCH_TOPIC_ALERTS": f"overload-{run}-alerts",
-            "PEERWATCH_TOPIC_XID": f"overload-{run}-xid",
-            "PEERWATCH_INGEST_PORT": str(port),
-        }
+        env = peerwatch_env(broker.bootstrap, topics=f"overload-{run}", ingest_port=port)
         base = f"http://127.0.0.1:{port}"
         ingest = PeerwatchProcess(["ingest"], env, workdir / "ingest.log", f"{base}/-/ready")
         # fork: the child shares the prepared fleet; it is in our process group (a Ctrl-C

@@ -25,7 +25,7 @@ from rich.panel import Panel
 
 from detectors.features import DEFAULT_BUCKET_MS
 from streams.alerts_view import alerts_table, utc_clock, watch_alerts
-from streams.services import EmbeddedBroker, PeerwatchProcess, free_port
+from streams.services import EmbeddedBroker, PeerwatchProcess, free_port, peerwatch_env
 from streams.settings import Settings
 from streams.sources.simulator import ClusterConfig, NvlinkBusFault, replay
 from streams.topics import ensure_topics
@@ -130,17 +130,16 @@ async def run_demo(
             broker = stack.enter_context(EmbeddedBroker(workdir=workdir / "broker"))
             kafka = f"kafka://{broker.bootstrap}"
         ingest_port, metrics_port = free_port(), free_port()
-        env = {
-            **os.environ,
-            "PEERWATCH_KAFKA": kafka,
+        env = peerwatch_env(
+            kafka,
             # the scheduler's label: spares and excluded nodes are not job peers
-            "PEERWATCH_GROUP_LABELS": '["train_job"]',
-            "PEERWATCH_INGEST_PORT": str(ingest_port),
-            "PEERWATCH_DATADIR": str(workdir / "worker"),
-            "PEERWATCH_WORKER_WEB_PORT": str(metrics_port),
-            "PEERWATCH_ALERTMANAGER_URL": alertmanager_url or "",
-            "PEERWATCH_APP_ID": f"peerwatch-demo-{os.getpid()}",
-        }
+            group_labels=["train_job"],
+            ingest_port=ingest_port,
+            datadir=workdir / "worker",
+            worker_web_port=metrics_port,
+            alertmanager_url=alertmanager_url or "",
+            app_id=f"peerwatch-demo-{os.getpid()}",
+        )
         settings = Settings(kafka=kafka)
         await ensure_topics(settings)
         console.print(f"starting ingest (:{ingest_port}) and worker; logs in {workdir}")

@@ -30,6 +30,7 @@ import concurrent.futures
 import contextlib
 import importlib.resources
 import importlib.util
+import json
 import os
 import shutil
 import signal
@@ -46,6 +47,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Self
+
+from streams.settings import Settings
 
 LOOPBACK = "127.0.0.1"
 
@@ -234,6 +237,32 @@ class _ManagedProcess:
         tail = "\n".join(text.splitlines()[-lines:])
         where = f" ({self._log_path})" if self._log_path is not None else ""
         return f"; last log lines{where}:\n{tail}"
+
+
+def peerwatch_env(kafka: str, *, topics: str | None = None, **settings: object) -> dict[str, str]:
+    """The environment that configures a ``peerwatch`` child (``PeerwatchProcess``).
+
+    ``kafka`` is a bootstrap ``host:port`` (or a ``kafka://`` URL); ``topics``, if given,
+    names the run's own topics ``{topics}-frames``, ``-alerts`` and ``-xid``; every other
+    keyword is a setting (``ingest_port=8080`` is ``PEERWATCH_INGEST_PORT=8080``; lists
+    and dicts as JSON). A keyword that names no setting is refused here rather than
+    ignored by the child.
+    """
+    if topics is not None:
+        settings = {
+            "topic_frames": f"{topics}-frames",
+            "topic_alerts": f"{topics}-alerts",
+            "topic_xid": f"{topics}-xid",
+            **settings,
+        }
+    unknown = sorted(set(settings) - set(Settings.model_fields))
+    if unknown:
+        raise ValueError(f"not settings: {', '.join(unknown)}")
+    env = {"PEERWATCH_KAFKA": kafka if "://" in kafka else f"kafka://{kafka}"}
+    for name, value in settings.items():
+        text = json.dumps(value) if isinstance(value, list | tuple | dict) else str(value)
+        env[f"PEERWATCH_{name.upper()}"] = text
+    return env
 
 
 class PeerwatchProcess(_ManagedProcess):

@@ -45,7 +45,14 @@ from streams.chaos.tally import (
 )
 from streams.ingest.series import Series
 from streams.offline import score_rounds
-from streams.services import LOOPBACK, Alertmanager, KafkaKRaft, PeerwatchProcess, free_port
+from streams.services import (
+    LOOPBACK,
+    Alertmanager,
+    KafkaKRaft,
+    PeerwatchProcess,
+    free_port,
+    peerwatch_env,
+)
 from streams.settings import Settings
 from streams.sources.simulator import ClusterConfig, NvlinkBusFault, generate, post_remote_write
 
@@ -174,22 +181,20 @@ class Lab:
         self.alertmanager = Alertmanager(workdir / "alertmanager")
         self.proxy = StallingProxy(self.alertmanager.port)
         run = uuid.uuid4().hex[:8]
-        self.alerts_topic = f"chaos-{run}-alerts"
         self.ingest_port = free_port()
-        self.env = {
-            "PEERWATCH_KAFKA": f"kafka://{self.bootstrap}",
-            "PEERWATCH_TOPIC_FRAMES": f"chaos-{run}-frames",
-            "PEERWATCH_TOPIC_ALERTS": self.alerts_topic,
-            "PEERWATCH_TOPIC_XID": f"chaos-{run}-xid",
-            "PEERWATCH_APP_ID": f"peerwatch-chaos-{run}",
-            "PEERWATCH_GROUP_LABELS": json.dumps(GROUP_LABELS),
-            "PEERWATCH_INGEST_PORT": str(self.ingest_port),
-            "PEERWATCH_ALERT_RESEND_S": str(plan.resend_s),
-            "PEERWATCH_TOPIC_PARTITIONS": str(plan.partitions),
-        }
+        self.env = peerwatch_env(
+            self.bootstrap,
+            topics=f"chaos-{run}",
+            app_id=f"peerwatch-chaos-{run}",
+            group_labels=GROUP_LABELS,
+            ingest_port=self.ingest_port,
+            alert_resend_s=plan.resend_s,
+            topic_partitions=plan.partitions,
+        )
+        self.alerts_topic = self.env["PEERWATCH_TOPIC_ALERTS"]
         ingest_env = {**self.env}
         if plan.ingest_wal:
-            ingest_env["PEERWATCH_INGEST_WAL_DIR"] = str(workdir / "ingest-wal")
+            ingest_env |= peerwatch_env(self.bootstrap, ingest_wal_dir=workdir / "ingest-wal")
         self.ingest = PeerwatchProcess(
             ["ingest"], ingest_env, workdir / "ingest.log", f"{self.ingest_url}/-/ready"
         )
@@ -205,12 +210,12 @@ class Lab:
 
     def worker(self, name: str) -> PeerwatchProcess:
         port = self._worker_ports.setdefault(name, free_port())
-        env = {
-            **self.env,
-            "PEERWATCH_ALERTMANAGER_URL": f"http://{LOOPBACK}:{self.proxy.port}",
-            "PEERWATCH_WORKER_WEB_PORT": str(port),
-            "PEERWATCH_DATADIR": str(self.workdir / name),
-        }
+        env = self.env | peerwatch_env(
+            self.bootstrap,
+            alertmanager_url=f"http://{LOOPBACK}:{self.proxy.port}",
+            worker_web_port=port,
+            datadir=self.workdir / name,
+        )
         url = f"http://{LOOPBACK}:{port}/metrics"
         return PeerwatchProcess(
             ["worker"], env, self.workdir / f"{name}.log", url, "peerwatch_worker_ready 1.0"

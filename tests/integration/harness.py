@@ -22,7 +22,7 @@ import pytest
 import yaml
 from aiokafka import AIOKafkaConsumer
 
-from streams.services import PeerwatchProcess, Prometheus, free_port
+from streams.services import PeerwatchProcess, Prometheus, free_port, peerwatch_env
 from tests.integration.conftest import start_or_fail
 
 T = TypeVar("T")
@@ -45,19 +45,18 @@ class Deployment:
     def new(cls, kafka_bootstrap: str, alertmanager_url: str, workdir: Path) -> Deployment:
         run = uuid.uuid4().hex[:8]
         ingest_port, metrics_port = free_port(), free_port()
-        env = {
-            "PEERWATCH_KAFKA": f"kafka://{kafka_bootstrap}",
-            "PEERWATCH_TOPIC_FRAMES": f"frames-{run}",
-            "PEERWATCH_TOPIC_ALERTS": f"alerts-{run}",
-            "PEERWATCH_TOPIC_XID": f"xid-{run}",
-            "PEERWATCH_APP_ID": f"peerwatch-test-{run}",
-            "PEERWATCH_GROUP_LABELS": '["train_job"]',
-            "PEERWATCH_INGEST_PORT": str(ingest_port),
-            "PEERWATCH_WORKER_WEB_PORT": str(metrics_port),
-            "PEERWATCH_DATADIR": str(workdir / "worker"),
-            "PEERWATCH_ALERTMANAGER_URL": alertmanager_url,
-        }
-        return cls(env, ingest_port, metrics_port, f"alerts-{run}", workdir, f"job-{run}")
+        env = peerwatch_env(
+            kafka_bootstrap,
+            topics=f"test-{run}",
+            app_id=f"peerwatch-test-{run}",
+            group_labels=["train_job"],
+            ingest_port=ingest_port,
+            worker_web_port=metrics_port,
+            datadir=workdir / "worker",
+            alertmanager_url=alertmanager_url,
+        )
+        alerts_topic = env["PEERWATCH_TOPIC_ALERTS"]
+        return cls(env, ingest_port, metrics_port, alerts_topic, workdir, f"job-{run}")
 
     @property
     def write_url(self) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 
 from streams.ingest.remote_write import encode_write_request
-from streams.services import KafkaKRaft, PeerwatchProcess, free_port
+from streams.services import KafkaKRaft, PeerwatchProcess, free_port, peerwatch_env
 from tests.integration.conftest import start_or_fail
 from tests.integration.harness import read_topic, wait_for
 from tests.integration.test_ingest_http import PROMETHEUS_HEADERS, B, node_series
@@ -42,15 +42,13 @@ async def test_every_sample_answered_204_survives_a_kill_during_a_kafka_outage(
     kafka = KafkaKRaft(tmp_path / "kafka")
     start_or_fail(kafka)
     run, port = uuid.uuid4().hex[:8], free_port()
-    env = {
-        "PEERWATCH_KAFKA": f"kafka://{kafka.bootstrap}",
-        "PEERWATCH_TOPIC_FRAMES": f"frames-{run}",
-        "PEERWATCH_TOPIC_ALERTS": f"alerts-{run}",
-        "PEERWATCH_TOPIC_XID": f"xid-{run}",
-        "PEERWATCH_INGEST_PORT": str(port),
-        "PEERWATCH_INGEST_IDLE_FLUSH_S": "4",
-        "PEERWATCH_INGEST_WAL_DIR": str(tmp_path / "wal"),
-    }
+    env = peerwatch_env(
+        kafka.bootstrap,
+        topics=f"test-{run}",
+        ingest_port=port,
+        ingest_idle_flush_s=4,
+        ingest_wal_dir=tmp_path / "wal",
+    )
 
     def ingest() -> PeerwatchProcess:
         ready = f"http://127.0.0.1:{port}/-/ready"
