@@ -11,32 +11,12 @@ The Faust worker and the offline evaluator/backtest both call
 
 Steps: frames of the expected members → nodes x features matrix (missing =
 NaN) → :func:`detectors.peer.peer_zscores` → group-shift guard (peer medians vs
-the group's usual levels, below) → residual z against each node's learned
-usual z (:mod:`detectors.baseline`) → the group's multivariate model on the
-residual vectors (:mod:`detectors.multivariate`) → :func:`detectors.fusion.fuse_bucket`
-with the shifted features held → one :class:`detectors.alerts.Observation`
-per (family, node) → :func:`detectors.alerts.step_alerts`.
-
-Learned scoring. Real fleets are not one population (the report's 12 light
-checkpoint writers among 60), so soft evidence is fused on each node's
-*residual*, its change from its own usual peer z, not on the raw z; hard
-collapse signatures stay on raw values against the peer median, so a node
-that collapses is caught whatever its history. Alert signals keep the raw
-peer z, value and median and add the node's usual where it matters
-("pgpgout_rate z=+31.2 vs its usual -1.7"). The baselines keep two usuals per
-cell: regime 0 for calm buckets, regime 1 for buckets with any group shift
-(saves, job deaths, restart loads). They learn from nodes without an open
-node alert and not on held features; the baseline's own freeze gate keeps
-extreme cells out. The multivariate model scores the residual vectors in calm
-buckets; a node it flags while none of its residuals reaches the evidence
-gate is soft Deviation evidence ("unusual combination", the top features by
-share of the distance as signals). It is folded into
-``PeerwatchNodeDeviation`` rather than being a family of its own: it is the
-same kind of finding (a node drifting from its usual), with the same severity
-and action, and a fault that grows from several moderate deviations into one
-past the gate then stays one alert instead of one resolving as another fires.
-``ScoringParams(learned_baselines=False, multivariate=False)`` scores on peer
-z alone.
+the group's usual levels, :mod:`detectors.group_shift`) → residual z against each
+node's learned usual z (:mod:`detectors.baseline`) → the group's multivariate model
+on the residual vectors (:mod:`detectors.multivariate`; both in
+:mod:`detectors.learned_scoring`) → :func:`detectors.fusion.fuse_bucket` with the
+shifted features held → one :class:`detectors.alerts.Observation` per (family,
+node) (:mod:`detectors.observations`) → :func:`detectors.alerts.step_alerts`.
 
 ``score_bucket`` does not mutate the state it is given; it returns a new
 :class:`GroupState`. Membership is the caller's: frames of nodes outside
@@ -46,46 +26,6 @@ scored is *stale* (a redelivery after a restart): it changes nothing and only
 reports the active alerts, so at-least-once delivery is safe. "Consecutive"
 means consecutive calls: call once per closed bucket, with empty ``frames`` if
 nothing arrived, so silence keeps counting.
-
-Group-shift guard. Peer z cannot see the whole group move: when a job dies
-every node idles together and the median moves with them, so a node that
-collapsed a bucket earlier looks like its peers again and its alert would
-resolve while it is still broken. The group's own recent history can see it.
-Per scored feature, :class:`GroupLevels` keeps the *usual level* of the group
-median: an EWMA (weight ``shift_alpha``) folded in only in *calm* buckets, those
-in which no feature is shifted. A feature is *shifted* when its median departs
-from the usual level by more than ``max(shift_threshold · |level|, abs_floor)``,
-either way; once shifted it stays so until it is back within
-``shift_release`` (hysteresis: a median hovering at the threshold, such as
-``procs_running`` during a restart load, is one shift, not a flicker). While a
-feature is shifted:
-
-* its node evidence is *held*: it gives no node evidence, and an open alert
-  that rests on it (one of its signals is that feature) gets ``unknown`` — it
-  neither advances nor counts toward resolution, so the culprit's Collapse
-  stays firing through the job's death and nobody is paged for it;
-* the group gets a ``PeerwatchGroupDegraded`` observation naming the shifted
-  features ("intr_rate median 50.1 K vs usual 301 K (-83 %)"): soft evidence,
-  so a one- or two-bucket checkpoint dip never fires it and a job death does.
-
-Until a feature has folded ``shift_warmup`` consistent buckets into its level
-it is never shifted (a median that jumps during warm-up restarts it). A shift
-that lasts ``shift_adopt_after`` buckets is the new normal: the level adopts
-an EWMA of the shifted medians. The level it left is kept as *home* (through
-later adoptions too, until the median comes back to it), and a median back
-within the threshold of home ends any shift at once. That is what keeps a
-restart quiet: the job dies (idle), ~10 min later it loads its checkpoint for
-25-33 min (GPU util < 50 % on every node), then trains again at the old
-level. The idle and load buckets are one shift (one group alert), adopted
-after ``shift_adopt_after`` buckets; training returns home with no second
-alert. A job restarted at a different level is adopted and is normal from
-then on. An open alert whose evidence was seen against a peer median that is
-not the usual level any more (the culprit's Collapse, seen at 300 K/s, after
-a long job death made 50 K/s usual) stays unknown until the group comes back
-to that level or the node leaves: a job that stays dead for hours (manual
-recovery: median 3.3 h) does not resolve its culprit. Limit: a group whose
-history begins during a restart load learns the load level and raises one
-group alert when training starts.
 
 Training phases (:mod:`detectors.phase`). Checkpoint saves and restart loads
 are known, not learned: the source report's rules classify every bucket from
@@ -99,53 +39,35 @@ the baselines learn nothing calm from it (regime 1, moved features held). The
 hard collapse signatures stay judged against the bucket's peer median, so a
 node that collapses while its peers save still pages at once; XIDs are judged
 per GPU elsewhere and always page. The phase rides on ``BucketResult.phase``.
-
-Why an EWMA gated on the whole bucket rather than a ring of recent medians:
-it is one float per feature (plus two counters, and two floats only during or
-after a shift), and gating on "no feature shifted" keeps a dip from leaking
-into any level — the features that stay within the threshold during a
-checkpoint or a restart load (temperature cooling, a slower procs count) would
-otherwise drift toward the abnormal value and flag the return to normal.
 """
 
 from __future__ import annotations
 
 import math
-import zlib
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import chain, repeat
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from detectors.alerts import (
-    GROUP_DEGRADED,
-    NODE_COLLAPSE,
-    NODE_DEVIATION,
-    NODE_SILENT,
     AlertChange,
     AlertKey,
     AlertParams,
     AlertState,
-    Observation,
     active_alerts,
     step_alerts,
 )
-from detectors.baseline import BaselineParams, NodeBaselines, update_and_residuals
+from detectors.baseline import BaselineParams, NodeBaselines
 from detectors.features import FeatureSpec
-from detectors.fusion import (
-    FusedBucket,
-    FusionParams,
-    GroupEvent,
-    ModelJudgement,
-    NodeVerdict,
-    Signal,
-    fuse_bucket,
-)
+from detectors.fusion import FusionParams, GroupEvent, NodeVerdict, fuse_bucket
+from detectors.group_shift import GroupLevels, GroupShift, ShiftParams, regime_check, track_levels
+from detectors.learned_scoring import learned_scoring
 from detectors.multivariate import GroupModel, MultivariateParams
+from detectors.observations import observations
 from detectors.peer import peer_zscores
 from detectors.phase import Phase, PhaseParams, step_phase
 from detectors.population import (
@@ -156,29 +78,15 @@ from detectors.population import (
     step_populations,
 )
 
-__all__ = [
-    "BucketResult",
-    "GroupLevels",
-    "GroupShift",
-    "GroupState",
-    "ScoringParams",
-    "score_bucket",
-]
+__all__ = ["BucketResult", "GroupState", "ScoringParams", "score_bucket"]
 
 STATE_SCHEMA = 3
 # Older states keep their alerts; what they lack starts fresh and warms up again:
 # schema 1 had no levels, schema 2 no node baselines and no multivariate model.
 _LEGACY_SCHEMAS = (1, 2)
-# A median beyond this is no usable level (arithmetic on it could overflow to inf).
-_MAX_LEVEL = 1e300
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
-ShiftDirection = Literal["up", "down"]
-
-
-def _is_real(x: object) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
 @dataclass(frozen=True)
@@ -193,7 +101,7 @@ class ScoringParams:
     group event. ``persistence``/``silent_buckets``/``resolve_after``: see
     :class:`detectors.alerts.AlertParams`.
 
-    Group-shift guard (module docstring): ``shift_threshold`` — relative
+    Group-shift guard (:mod:`detectors.group_shift`): ``shift_threshold`` — relative
     departure of a group median from its usual level that makes the feature
     shifted (0.35: a job death takes interrupts -83 %, GPU util -100 %; a restart
     load interrupts -47 %, procs -36 %, GETATTR time +300 %, while healthy
@@ -206,7 +114,7 @@ class ScoringParams:
     after which a lasting shift is the new normal (40 = 20 min; >=
     ``persistence``, or a shift would be adopted before it could ever fire).
 
-    Learned scoring (module docstring): ``learned_baselines`` — fuse soft
+    Learned scoring (:mod:`detectors.learned_scoring`): ``learned_baselines`` — fuse soft
     evidence on each node's residual against its learned usual z instead of the
     raw peer z; ``baseline`` — how the usual is learned (two regimes: calm, and
     any bucket with a group shift). ``multivariate`` — run the group's
@@ -231,11 +139,11 @@ class ScoringParams:
     silent_buckets: int = AlertParams.silent_buckets
     gap_min_features: int = 3
     resolve_after: int = AlertParams.resolve_after
-    shift_threshold: float = 0.35
-    shift_release: float = 0.25
-    shift_alpha: float = 0.1
-    shift_warmup: int = 5
-    shift_adopt_after: int = 40
+    shift_threshold: float = ShiftParams.shift_threshold
+    shift_release: float = ShiftParams.shift_release
+    shift_alpha: float = ShiftParams.shift_alpha
+    shift_warmup: int = ShiftParams.shift_warmup
+    shift_adopt_after: int = ShiftParams.shift_adopt_after
     learned_baselines: bool = True
     baseline: BaselineParams = field(default_factory=lambda: BaselineParams(regimes=2))
     multivariate: bool = True
@@ -251,22 +159,10 @@ class ScoringParams:
                 f"min_peers must be >= 2 (a node is not its own peer group), got {self.min_peers}"
             )
         # Building the parts validates their fields.
-        _ = self.fusion, self.alerts
-        if not (_is_real(self.shift_threshold) and self.shift_threshold > 0):
-            raise ValueError(
-                f"shift_threshold must be finite and > 0, got {self.shift_threshold!r}"
-            )
-        if not (_is_real(self.shift_release) and 0 < self.shift_release <= self.shift_threshold):
-            raise ValueError(
-                f"shift_release must be in (0, shift_threshold={self.shift_threshold}], "
-                f"got {self.shift_release!r}"
-            )
-        if not (_is_real(self.shift_alpha) and 0 < self.shift_alpha <= 1):
-            raise ValueError(f"shift_alpha must be in (0, 1], got {self.shift_alpha!r}")
-        for name in ("shift_warmup", "shift_adopt_after", "gap_min_features"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        _ = self.fusion, self.alerts, self.shift
+        value = self.gap_min_features
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"gap_min_features must be an int >= 1, got {value!r}")
         if self.shift_adopt_after < self.persistence:
             raise ValueError(
                 f"shift_adopt_after ({self.shift_adopt_after}) must be >= persistence "
@@ -303,121 +199,15 @@ class ScoringParams:
             resolve_after=self.resolve_after,
         )
 
-
-@dataclass(frozen=True)
-class GroupLevels:
-    """The group's own recent history: per scored feature, the usual level of its median.
-
-    Columnar (one entry per feature that has had a median; the tuples are
-    aligned with ``features``) so the state stays small and fast to rebuild.
-    ``level``: the usual level. ``seen``: consistent calm buckets folded into
-    it, capped at ``shift_warmup`` (below that the feature is warming up and
-    never shifted). ``run``: consecutive buckets the feature has been shifted
-    (0: not shifted). ``candidate``: EWMA of the medians during the current
-    shift, adopted as the level after ``shift_adopt_after`` buckets (None when
-    not shifted). ``home``: the level before the first adoption (None unless a
-    shift was adopted); a median back near it ends a shift at once.
-    """
-
-    features: tuple[str, ...] = ()
-    level: tuple[float, ...] = ()
-    seen: tuple[int, ...] = ()
-    run: tuple[int, ...] = ()
-    candidate: tuple[float | None, ...] = ()
-    home: tuple[float | None, ...] = ()
-
-    def __post_init__(self) -> None:
-        n = len(self.features)
-        columns = (self.level, self.seen, self.run, self.candidate, self.home)
-        if any(len(c) != n for c in columns):
-            raise ValueError("GroupLevels columns must all have one entry per feature")
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe (every float is finite; "none" is null)."""
-        return {
-            "features": list(self.features),
-            "level": list(self.level),
-            "seen": list(self.seen),
-            "run": list(self.run),
-            "candidate": list(self.candidate),
-            "home": list(self.home),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> GroupLevels:
-        def level(x: Any) -> float:
-            if not (_is_real(x) and abs(x) <= _MAX_LEVEL):
-                raise ValueError(f"GroupLevels: level {x!r} is not a usable finite number")
-            return float(x)
-
-        def count(x: Any) -> int:
-            if isinstance(x, bool) or not isinstance(x, int) or x < 0:
-                raise ValueError(f"GroupLevels: count {x!r} is not an int >= 0")
-            return x
-
-        features = tuple(str(f) for f in data.get("features", ()))
-        if len(set(features)) != len(features):
-            raise ValueError("GroupLevels: duplicate feature names")
-        return cls(
-            features=features,
-            level=tuple(level(x) for x in data.get("level", ())),
-            seen=tuple(count(x) for x in data.get("seen", ())),
-            run=tuple(count(x) for x in data.get("run", ())),
-            candidate=tuple(None if x is None else level(x) for x in data.get("candidate", ())),
-            home=tuple(None if x is None else level(x) for x in data.get("home", ())),
+    @cached_property
+    def shift(self) -> ShiftParams:
+        return ShiftParams(
+            shift_threshold=self.shift_threshold,
+            shift_release=self.shift_release,
+            shift_alpha=self.shift_alpha,
+            shift_warmup=self.shift_warmup,
+            shift_adopt_after=self.shift_adopt_after,
         )
-
-
-@dataclass(frozen=True)
-class GroupShift:
-    """A scored feature whose group median left its usual level this bucket (blames no node).
-
-    ``median``: the group median this bucket; ``level``: its usual level
-    before this bucket; ``buckets``: consecutive buckets the feature has been
-    shifted, this one included.
-    """
-
-    feature: str
-    direction: ShiftDirection
-    median: float
-    level: float
-    buckets: int
-
-    @property
-    def change(self) -> float:
-        """Relative change from the usual level (-0.84: 84 % below); ±inf from a level of 0."""
-        if self.level == 0:
-            return math.copysign(math.inf, self.median)
-        return (self.median - self.level) / abs(self.level)
-
-    def describe(self) -> str:
-        text = f"{self.feature} median {_compact(self.median)} vs usual {_compact(self.level)}"
-        if self.level == 0:
-            return f"{text} ({self.direction})"
-        return f"{text} ({self.change * 100:+.0f} %)"
-
-    def as_signal(self) -> Signal:
-        """The shift as an alert signal: value = group median, median = usual level, no z."""
-        return Signal(self.feature, math.nan, self.median, self.level)
-
-    def to_dict(self) -> dict[str, Any]:
-        change = self.change
-        return {
-            "feature": self.feature,
-            "direction": self.direction,
-            "median": self.median,
-            "level": self.level,
-            "change": change if math.isfinite(change) else None,
-            "buckets": self.buckets,
-        }
-
-
-def _compact(x: float) -> str:
-    """3 significant digits with a K/M/G suffix: 301 K, 50.1 K, 7.5, 0.0119."""
-    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "K")):
-        if abs(x) >= scale:
-            return f"{x / scale:.3g} {suffix}"
-    return f"{x:.3g}"
 
 
 @dataclass(frozen=True, eq=False)
@@ -583,7 +373,7 @@ def score_bucket(
     # The job's phase; before any node has been busy (a history that opens in a
     # restart load: GPUs < 50 %, every node still "idle") the whole group's.
     phase = step_phase(state.phase, frames, members or sorted(expected_set), params.phase)
-    levels, shifts, held = _track_levels(state.levels, names, abs_floor, stats.median, params)
+    levels, shifts, held = track_levels(state.levels, names, abs_floor, stats.median, params.shift)
     collapse_only = np.zeros(len(names), dtype=bool)
     if phase.expected:  # a save or a load: expected moves, not the group's usual level
         levels = state.levels
@@ -594,7 +384,19 @@ def score_bucket(
         z, median = role_peer_stats(
             values, reporting, roles, stats, abs_floor, rel_floor, params.min_peers
         )
-    learned = _learned_scoring(state, group, members, reporting, names, z, moved, params)
+    learned = learned_scoring(
+        state.baselines,
+        state.model,
+        state.alerts,
+        group,
+        members,
+        reporting,
+        names,
+        z,
+        moved,
+        params.baseline if params.learned_baselines else None,
+        params.model if params.multivariate else None,
+    )
     residual = learned.residual
     if collapse_only.any():  # no soft evidence on them: a NaN residual gives none
         residual = np.array(z if residual is None else residual, dtype=np.float64)
@@ -616,11 +418,11 @@ def score_bucket(
     )
     step = step_alerts(
         state.alerts,
-        _observations(
+        observations(
             fused,
             shifts,
             state.alerts,
-            _regime_check(moved_names, levels, names, abs_floor, params),
+            regime_check(moved_names, levels, names, abs_floor, params.shift),
             members,
             params.max_signals,
             _exporter_gaps(values, stats.present, reporting, names, params),
@@ -675,134 +477,6 @@ def _phase_held(
     return held, collapse_only
 
 
-@dataclass(frozen=True, eq=False)
-class _Learned:
-    """One bucket of learned scoring: the new baselines and model, and what fusion needs."""
-
-    baselines: NodeBaselines
-    model: GroupModel | None
-    residual: FloatArray | None  # reporting nodes x features; None: fuse on raw z
-    usual: FloatArray | None
-    judgement: ModelJudgement | None  # None: the model did not score this bucket
-
-
-def _learned_scoring(
-    state: GroupState,
-    group: str,
-    members: Sequence[str],
-    reporting: Sequence[str],
-    names: Sequence[str],
-    z: FloatArray,
-    held: BoolArray,
-    params: ScoringParams,
-) -> _Learned:
-    """Residuals against each node's usual z, then the group model on them; learn both.
-
-    Learning skips nodes with an open (pending or firing) node alert and the
-    features the group-shift guard holds; the baseline's own freeze gate skips
-    extreme cells and the model its own anomalous rows. One exception keeps a
-    node that is different from its first bucket from alerting forever: its
-    cells that have never warmed up (so its residual is still the raw z) are
-    learned once every open alert of the node has had evidence for the
-    baseline's ``adopt_after`` buckets — the same "a deviation that lasts is
-    the new normal" rule the baseline applies to warm cells. The baselines use
-    regime 1 in any bucket with a group shift (saves, job deaths, restart
-    loads), regime 0 otherwise. The model scores and learns only in calm
-    buckets (no shift): it is a model of a steady group, and a shifted bucket's
-    residual vectors describe the group's transition, which the guard reports.
-    """
-    baselines, model = state.baselines, state.model
-    residual: FloatArray | None = None
-    usual: FloatArray | None = None
-    judgement: ModelJudgement | None = None
-    if not (params.learned_baselines or params.multivariate) or not reporting:
-        return _Learned(baselines, model, residual, usual, judgement)
-    streaks: dict[str, int] = {}  # node → the shortest evidence streak of its open alerts
-    for (_, node), alert in state.alerts.items():
-        if node is not None:
-            streaks[node] = min(alert.streak, streaks.get(node, alert.streak))
-    calm = np.array([node not in streaks for node in reporting], dtype=bool)
-    if params.learned_baselines:
-        shifted = bool(held.any())
-        regime = min(1, params.baseline.regimes - 1) if shifted else 0
-        prior = baselines.retain(members)
-        usual = _usual(prior, reporting, names, regime, params.baseline.warmup_buckets)
-        learn: BoolArray = (  # one flag per node, or per cell where cells differ
-            calm if calm.all() else _learn_mask(calm, streaks, reporting, usual, params)
-        )
-        if shifted:
-            learn = (learn[:, None] if learn.ndim == 1 else learn) & ~held[None, :]
-        baselines, residual = update_and_residuals(
-            prior, reporting, z, names, learn, params.baseline, regime
-        )
-    if params.multivariate and not held.any():
-        model = _model_for(model, names, group, params.model).copy()
-        x = z if residual is None else residual
-        scores = model.score_and_learn(x, calm)
-        flagged = model.is_anomalous(scores)
-        shares = np.full(x.shape, np.nan)
-        if flagged.any():  # rare; explained by the model as this bucket left it (display only)
-            shares[flagged] = model.explain(x[flagged])
-        judgement = ModelJudgement(scores, flagged, shares, params.model.alpha)
-    return _Learned(baselines, model, residual, usual, judgement)
-
-
-def _learn_mask(
-    calm: BoolArray,
-    streaks: Mapping[str, int],
-    reporting: Sequence[str],
-    usual: FloatArray,
-    params: ScoringParams,
-) -> BoolArray:
-    """Cells to learn: calm nodes, and the cold cells of nodes alerting for ``adopt_after``."""
-    adopt = params.baseline.adopt_after
-    settled = np.array([streaks.get(node, 0) >= adopt for node in reporting], dtype=bool)
-    mask: BoolArray = calm[:, None] | (settled[:, None] & np.isnan(usual))
-    return mask
-
-
-def _model_for(
-    model: GroupModel | None, names: Sequence[str], group: str, params: MultivariateParams
-) -> GroupModel:
-    """The group's model for this catalog and these parameters (a new one if either changed).
-
-    Groups learn in different buckets (phase from a stable hash of the group
-    name), so with ``learn_every`` > 1 the matrix inverses spread over buckets.
-    """
-    if model is None or model.features != tuple(names):
-        phase = zlib.crc32(group.encode("utf-8")) % params.learn_every
-        return GroupModel(names, params, phase=phase)
-    if model.params != params:  # e.g. restored with other parameters: same state, new knobs
-        return GroupModel.from_dict(model.to_dict(), params)
-    return model
-
-
-def _usual(
-    baselines: NodeBaselines,
-    nodes: Sequence[str],
-    names: Sequence[str],
-    regime: int,
-    warmup: int,
-) -> FloatArray:
-    """Each node's usual z per feature before this bucket (NaN: unknown or still warming up)."""
-    out = np.full((len(nodes), len(names)), np.nan)
-    if not baselines.nodes or regime >= baselines.regimes:
-        return out
-    mean, count = baselines.mean[regime], baselines.count[regime]
-    if baselines.nodes == tuple(nodes) and baselines.features == tuple(names):
-        return np.where(count >= warmup, mean, np.nan)
-    row_of = {n: i for i, n in enumerate(baselines.nodes)}
-    col_of = {f: j for j, f in enumerate(baselines.features)}
-    rows = [(k, row_of[n]) for k, n in enumerate(nodes) if n in row_of]
-    cols = [(k, col_of[f]) for k, f in enumerate(names) if f in col_of]
-    if rows and cols:
-        dst_r, src_r = (np.array(a) for a in zip(*rows, strict=True))
-        dst_c, src_c = (np.array(a) for a in zip(*cols, strict=True))
-        sub = np.ix_(src_r, src_c)
-        out[np.ix_(dst_r, dst_c)] = np.where(count[sub] >= warmup, mean[sub], np.nan)
-    return out
-
-
 def _exporter_gaps(
     values: FloatArray,
     present: npt.NDArray[np.integer],
@@ -834,115 +508,6 @@ def _exporter_gaps(
     }
 
 
-def _track_levels(
-    prev: GroupLevels,
-    names: Sequence[str],
-    abs_floor: FloatArray,
-    median: FloatArray,
-    params: ScoringParams,
-) -> tuple[GroupLevels, tuple[GroupShift, ...], BoolArray]:
-    """One bucket of the group-shift guard: (new levels, the shifts, held flag per feature).
-
-    Vectorised over features; a feature without a usable median this bucket
-    (too few peers) is left exactly as it was.
-    """
-    level, seen, run, candidate, home = _level_columns(prev, names)
-    thr, alpha = params.shift_threshold, params.shift_alpha
-    m = np.asarray(median, dtype=np.float64)
-    with np.errstate(invalid="ignore"):
-        ok = np.isfinite(m) & (np.abs(m) <= _MAX_LEVEL)
-    m = np.where(ok, m, 0.0)
-    dist = np.abs(m - level)
-    enter = np.maximum(thr * np.abs(level), abs_floor)
-    stay = np.maximum(params.shift_release * np.abs(level), abs_floor)
-    has_home = np.isfinite(home)
-    home_v = np.where(has_home, home, 0.0)
-
-    warm = seen >= params.shift_warmup
-    fresh = ok & (seen == 0)
-    restart = ok & ~warm & ~fresh & (dist > enter)  # warm-up on an inconsistent level
-    away = ok & warm & (dist > np.where(run > 0, stay, enter))
-    back_home = (
-        away & has_home & (np.abs(m - home_v) <= np.maximum(thr * np.abs(home_v), abs_floor))
-    )
-    shifted = away & ~back_home
-    before = level  # what the shifts are reported against
-
-    reset = fresh | restart
-    level = np.where(reset, m, np.where(back_home, home_v, level))
-    seen = np.where(reset, 1, seen)
-    home = np.where(reset | back_home, np.nan, home)
-    run = np.where(shifted, run + 1, np.where(ok, 0, run))
-    with np.errstate(invalid="ignore"):
-        candidate = np.where(
-            shifted,
-            np.where(run == 1, m, candidate + alpha * (m - candidate)),
-            np.where(ok, np.nan, candidate),
-        )
-    shifts = tuple(
-        GroupShift(
-            feature=names[j],
-            direction="up" if m[j] > before[j] else "down",
-            median=float(m[j]),
-            level=float(before[j]),
-            buckets=int(run[j]),
-        )
-        for j in np.flatnonzero(shifted).tolist()
-    )
-
-    adopt = shifted & (run >= params.shift_adopt_after)
-    if adopt.any():
-        home = np.where(adopt & ~np.isfinite(home), level, home)  # keep the first home
-        level = np.where(adopt, candidate, level)
-        run = np.where(adopt, 0, run)
-        candidate = np.where(adopt, np.nan, candidate)
-    if not shifted.any():  # a calm bucket: fold it into the levels
-        fold = ok & ~reset
-        level = np.where(fold, level + alpha * (m - level), level)
-        seen = np.where(fold, np.minimum(seen + 1, params.shift_warmup), seen)
-
-    kept = np.flatnonzero(seen > 0).tolist()
-    new = GroupLevels(
-        features=tuple(names[j] for j in kept),
-        level=tuple(level[kept].tolist()),
-        seen=tuple(seen[kept].tolist()),
-        run=tuple(run[kept].tolist()),
-        candidate=_optional(candidate[kept]),
-        home=_optional(home[kept]),
-    )
-    return new, shifts, shifted
-
-
-def _level_columns(
-    prev: GroupLevels, names: Sequence[str]
-) -> tuple[FloatArray, npt.NDArray[np.int64], npt.NDArray[np.int64], FloatArray, FloatArray]:
-    """The stored columns aligned with ``names``: (level, seen, run, candidate, home).
-
-    A feature not stored yet has seen = 0; a None candidate or home becomes NaN.
-    """
-    level = np.array(prev.level, dtype=np.float64)
-    seen = np.array(prev.seen, dtype=np.int64)
-    run = np.array(prev.run, dtype=np.int64)
-    candidate = np.array(prev.candidate, dtype=np.float64)  # None → NaN
-    home = np.array(prev.home, dtype=np.float64)
-    if prev.features == tuple(names):  # the usual case: the catalog of the last bucket
-        return level, seen, run, candidate, home
-    index = {f: i for i, f in enumerate(prev.features)}
-    rows = np.array([index.get(name, -1) for name in names], dtype=np.int64)
-    have = rows >= 0
-    picked = rows[have]
-    n = len(names)
-    new_level, new_seen, new_run = np.zeros(n), np.zeros(n, np.int64), np.zeros(n, np.int64)
-    new_candidate, new_home = np.full(n, np.nan), np.full(n, np.nan)
-    new_level[have], new_seen[have], new_run[have] = level[picked], seen[picked], run[picked]
-    new_candidate[have], new_home[have] = candidate[picked], home[picked]
-    return new_level, new_seen, new_run, new_candidate, new_home
-
-
-def _optional(values: FloatArray) -> tuple[float | None, ...]:
-    return tuple(None if math.isnan(v) else v for v in values.tolist())
-
-
 def _matrix(
     frames: Mapping[str, Mapping[str, float]], nodes: Sequence[str], names: Sequence[str]
 ) -> np.ndarray:
@@ -955,138 +520,3 @@ def _matrix(
     except (TypeError, ValueError):  # a None or numeric string somewhere: the slow, lenient path
         rows = [[frames[n].get(f, math.nan) for f in names] for n in nodes]
         return np.array(rows, dtype=np.float64).reshape(shape)
-
-
-def _regime_check(
-    held: Collection[str],
-    levels: GroupLevels,
-    names: Sequence[str],
-    abs_floor: FloatArray,
-    params: ScoringParams,
-) -> Callable[[Signal], bool]:
-    """Whether a signal of an open alert can no longer be judged against the peers.
-
-    True when its feature is held this bucket (shifted, or moved by a phase), or
-    when the alert saw it against a peer median that is not the group's usual
-    level now (more than the shift threshold apart): the culprit's Collapse seen
-    at 300 K interrupts/s says nothing once a long job death has made 50 K/s the
-    usual level. It can be judged again when the group comes back (home) or from
-    a new alert.
-    """
-    thr = params.shift_threshold
-    usual: dict[str, tuple[float, float]] = {}  # feature → (level, tolerance), built on first use
-
-    def unjudgeable(signal: Signal) -> bool:
-        if signal.feature in held:
-            return True
-        if not usual:
-            floors = dict(zip(names, abs_floor.tolist(), strict=True))
-            usual.update(
-                (f, (level, max(thr * abs(level), floors[f])))
-                for f, level, seen in zip(levels.features, levels.level, levels.seen, strict=True)
-                if seen >= params.shift_warmup and f in floors
-            )
-        level, tolerance = usual.get(signal.feature, (math.nan, math.nan))
-        return math.isfinite(signal.median) and abs(signal.median - level) > tolerance
-
-    return unjudgeable
-
-
-def _observations(
-    fused: FusedBucket,
-    shifts: Sequence[GroupShift],
-    alerts: Mapping[AlertKey, AlertState],
-    unjudgeable: Callable[[Signal], bool],
-    members: Sequence[str],
-    max_signals: int,
-    gaps: Mapping[str, Sequence[str]],
-    composition: Composition,
-    excused: Collection[str] = frozenset(),
-    on_hold: Collection[str] = frozenset(),
-) -> dict[AlertKey, Observation]:
-    unknown = Observation("unknown")
-    absent = Observation("absent")
-
-    def clear(key: AlertKey) -> Observation:
-        # No evidence on the features judged this bucket. An open alert whose own
-        # evidence cannot be judged now is not cleared by that: unknown, frozen.
-        prev = alerts.get(key)
-        if prev is not None and any(unjudgeable(s) for s in prev.signals):
-            return unknown
-        return absent
-
-    obs: dict[AlertKey, Observation] = {}
-    open_nodes = {node for (_, node) in alerts if node is not None}
-    for node in members:
-        v = fused.verdicts[node]
-        if v.status == "ok" and node not in open_nodes and node not in gaps:
-            continue  # nothing present and nothing open: every observation would be a no-op
-        if node in on_hold:  # maybe no longer a member: no evidence either way
-            for alertname in (NODE_SILENT, NODE_COLLAPSE, NODE_DEVIATION):
-                obs[(alertname, node)] = unknown
-            continue
-        if v.silent:
-            silent = (
-                unknown if fused.silence_is_group else Observation("present", 1.0, (), v.reason)
-            )
-            obs[(NODE_SILENT, node)] = silent
-            obs[(NODE_COLLAPSE, node)] = unknown
-            obs[(NODE_DEVIATION, node)] = unknown
-            continue
-        gap = gaps.get(node)
-        obs[(NODE_SILENT, node)] = (
-            Observation(
-                "present",
-                1.0,
-                (),
-                f"exporter gap: {len(gap)} features its peers report are missing "
-                f"({', '.join(gap[:4])}{', …' if len(gap) > 4 else ''})",
-            )
-            if gap
-            else absent
-        )
-        if not v.collapse_checked:
-            obs[(NODE_COLLAPSE, node)] = unknown
-        elif v.collapsed:
-            obs[(NODE_COLLAPSE, node)] = Observation(
-                "present", v.collapse_strength, v.signals, v.reason
-            )
-        else:
-            obs[(NODE_COLLAPSE, node)] = clear((NODE_COLLAPSE, node))
-        if not v.scored:
-            obs[(NODE_DEVIATION, node)] = unknown
-        elif v.deviating:
-            obs[(NODE_DEVIATION, node)] = Observation("present", v.score, v.signals, v.reason)
-        else:
-            obs[(NODE_DEVIATION, node)] = clear((NODE_DEVIATION, node))
-    obs[(GROUP_DEGRADED, None)] = _group_observation(
-        fused, shifts, max_signals, composition, excused
-    )
-    return obs
-
-
-def _group_observation(
-    fused: FusedBucket,
-    shifts: Sequence[GroupShift],
-    max_signals: int,
-    composition: Composition,
-    excused: Collection[str] = frozenset(),
-) -> Observation:
-    """PeerwatchGroupDegraded's evidence: shifted medians first (largest change), then events.
-
-    The score is the share of the group involved: 1 for a shift of the median
-    (at least half the group moved), the deviating fraction for an event.
-    ``excused``: features a save or load moves; their shifts and events are the
-    phase's, no evidence (and no evidence clears an open alert: absent).
-    """
-    shifts = [s for s in shifts if s.feature not in excused]
-    events = [e for e in fused.group_events if e.feature not in excused]
-    if not (shifts or events):
-        return Observation("absent") if fused.any_reference else Observation("unknown")
-    ranked = sorted(shifts, key=lambda s: -abs(s.change))
-    widest = sorted(events, key=lambda e: -e.fraction)
-    signals = [s.as_signal() for s in ranked] + [e.as_signal() for e in widest]
-    score = max([1.0] * bool(shifts) + [e.fraction for e in events])
-    parts = [s.describe() for s in ranked] + [e.describe() for e in events]
-    reason = "group-level: " + "; ".join(parts) + f" ({composition.describe()})"
-    return Observation("present", score, tuple(signals[:max_signals]), reason)

@@ -1,4 +1,4 @@
-"""detectors.group's group-shift guard: the whole group moving is a group event, never a node's.
+"""detectors.group_shift: the whole group moving is a group event, never a node's.
 
 The synthetic phases follow the real pipeline's run (simulator → frames → score_bucket):
 training (~300 K interrupts/s, GPU util ~100 %), job death (all idle: ~50 K/s, 1-2 runnable
@@ -21,14 +21,8 @@ from hypothesis import strategies as st
 
 from detectors.alerts import GROUP_DEGRADED, NODE_COLLAPSE, NODE_DEVIATION
 from detectors.features import FeatureSpec
-from detectors.group import (
-    BucketResult,
-    GroupLevels,
-    GroupShift,
-    GroupState,
-    ScoringParams,
-    score_bucket,
-)
+from detectors.group import BucketResult, GroupState, ScoringParams, score_bucket
+from detectors.group_shift import GroupLevels, GroupShift
 from streams.catalog import DEFAULT_FEATURES
 
 GROUP = "job-1"
