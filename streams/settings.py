@@ -338,7 +338,9 @@ class Settings(BaseSettings):
 
     def redacted(self) -> dict[str, Any]:
         """Every setting as plain data, secrets and URL passwords masked (a settings dump)."""
-        data = self.model_dump(mode="json")  # SecretStr dumps as "**********"
+        # SecretStr dumps as "**********"; sets (a detector section's classes) sorted, or the
+        # dump's order would follow the process's string hashing
+        data = _sets_sorted(self.model_dump(), self.model_dump(mode="json"))
         for name, value in data.items():
             if isinstance(value, str):
                 data[name] = _URL_PASSWORD.sub(r"\1:**********@", value)
@@ -356,6 +358,18 @@ _BUCKET_FIELDS = (
     ("failslow", "mitigation", "bucket_s"),
     ("failslow", "slo", "bucket_s"),
 )
+
+
+def _sets_sorted(python: Any, data: Any) -> Any:
+    """``data`` (a JSON-mode dump) with every list that was a set in ``python`` sorted."""
+    if isinstance(python, set | frozenset):
+        return sorted(data, key=str)
+    if isinstance(python, dict):
+        return {k: _sets_sorted(python.get(k), v) for k, v in data.items()}
+    if isinstance(python, list | tuple):
+        return [_sets_sorted(p, d) for p, d in zip(python, data, strict=True)]
+    return data
+
 
 # ``scheme://user:password@`` in a URL (or each of a ``;``-separated list)
 _URL_PASSWORD = re.compile(r"(://[^/@:;]*):[^/@;]*@")

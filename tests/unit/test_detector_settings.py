@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -138,3 +140,19 @@ def test_the_settings_dump_shows_every_section(monkeypatch: pytest.MonkeyPatch) 
     assert "scoring:\n  min_peers: 8\n" in result.output
     assert "gpu_health:\n  bucket_ms: 30000\n  xid_hold_buckets: 12\n" in result.output
     assert "failslow:\n  changepoint:\n" in result.output
+
+
+def test_the_settings_dump_does_not_depend_on_string_hashing() -> None:
+    """A section's sets (fail-slow's action classes) come out sorted, whatever the hash seed."""
+    dumps = {
+        subprocess.run(
+            [sys.executable, "-m", "streams", "settings"],
+            env={**os.environ, "PYTHONHASHSEED": str(seed)},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in range(4)
+    }
+    assert len(dumps) == 1
+    assert "      classes:\n      - compute\n      - cpu\n" in dumps.pop()
