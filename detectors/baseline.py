@@ -86,6 +86,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from detectors.arrays import BoolArray, FloatArray
+
 __all__ = ["BaselineParams", "NodeBaselines", "update_and_residuals"]
 
 STATE_SCHEMA = 1
@@ -95,8 +97,6 @@ _MAX_COUNT = int(np.iinfo(np.uint16).max)  # counters are stored as uint16
 _CANDIDATE_ALPHA = 0.05
 _MAX_HALF_LIFE = 40_000.0  # 1 / alpha must stay below the uint16 count cap (65,535)
 
-FloatArray = npt.NDArray[np.float64]
-BoolArray = npt.NDArray[np.bool_]
 CountArray = npt.NDArray[np.uint16]
 
 _FLOAT = np.dtype("<f8")

@@ -69,6 +69,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from detectors.arrays import FloatArray
 from detectors.features import FeatureSpec
 
 __all__ = [
@@ -82,7 +83,6 @@ __all__ = [
     "fuse_bucket",
 ]
 
-FloatArray = npt.NDArray[np.float64]
 EventDirection = Literal["up", "down", "missing"]
 VerdictStatus = Literal["silent", "unscored", "collapse", "deviating", "ok"]
 

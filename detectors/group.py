@@ -61,6 +61,7 @@ from detectors.alerts import (
     active_alerts,
     step_alerts,
 )
+from detectors.arrays import BoolArray, FloatArray
 from detectors.baseline import BaselineParams, NodeBaselines
 from detectors.features import FeatureSpec
 from detectors.fusion import FusionParams, GroupEvent, NodeVerdict, fuse_bucket
@@ -84,9 +85,6 @@ STATE_SCHEMA = 3
 # Older states keep their alerts; what they lack starts fresh and warms up again:
 # schema 1 had no levels, schema 2 no node baselines and no multivariate model.
 _LEGACY_SCHEMAS = (1, 2)
-
-FloatArray = npt.NDArray[np.float64]
-BoolArray = npt.NDArray[np.bool_]
 
 
 @dataclass(frozen=True)

@@ -56,8 +56,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-import numpy.typing as npt
 
+from detectors.arrays import BoolArray, FloatArray, IntArray
 from detectors.fusion import Signal
 
 __all__ = ["GroupLevels", "GroupShift", "ShiftParams", "regime_check", "track_levels"]
@@ -65,8 +65,6 @@ __all__ = ["GroupLevels", "GroupShift", "ShiftParams", "regime_check", "track_le
 # A median beyond this is no usable level (arithmetic on it could overflow to inf).
 _MAX_LEVEL = 1e300
 
-FloatArray = npt.NDArray[np.float64]
-BoolArray = npt.NDArray[np.bool_]
 ShiftDirection = Literal["up", "down"]
 
 
@@ -299,7 +297,7 @@ def track_levels(
 
 def _level_columns(
     prev: GroupLevels, names: Sequence[str]
-) -> tuple[FloatArray, npt.NDArray[np.int64], npt.NDArray[np.int64], FloatArray, FloatArray]:
+) -> tuple[FloatArray, IntArray, IntArray, FloatArray, FloatArray]:
     """The stored columns aligned with ``names``: (level, seen, run, candidate, home).
 
     A feature not stored yet has seen = 0; a None candidate or home becomes NaN.

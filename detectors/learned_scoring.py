@@ -29,17 +29,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
 from detectors.alerts import AlertKey, AlertState
+from detectors.arrays import BoolArray, FloatArray
 from detectors.baseline import BaselineParams, NodeBaselines, update_and_residuals
 from detectors.fusion import ModelJudgement
 from detectors.multivariate import GroupModel, MultivariateParams
 
 __all__ = ["Learned", "learned_scoring"]
-
-FloatArray = npt.NDArray[np.float64]
-BoolArray = npt.NDArray[np.bool_]
 
 
 @dataclass(frozen=True, eq=False)

@@ -88,6 +88,8 @@ import numpy as np
 import numpy.typing as npt
 from river import stats
 
+from detectors.arrays import BoolArray, FloatArray
+
 __all__ = ["GroupModel", "MultivariateParams"]
 
 STATE_SCHEMA = 1
@@ -98,9 +100,6 @@ _TAIL_Q = 0.999
 _TAIL_Z = NormalDist().inv_cdf(_TAIL_Q)
 _SQRT2 = math.sqrt(2.0)
 _MAX_HALF_LIFE = 1e7
-
-FloatArray = npt.NDArray[np.float64]
-BoolArray = npt.NDArray[np.bool_]
 
 
 def _is_int(x: object) -> bool:

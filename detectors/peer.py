@@ -37,10 +37,10 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from detectors.arrays import FloatArray, IntArray
+
 __all__ = ["MAD_TO_SIGMA", "PeerStats", "peer_zscores"]
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 
 MAD_TO_SIGMA = 1.4826  # 1 / Phi^-1(3/4): MAD of a normal population → its sigma
 

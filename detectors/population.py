@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
+from detectors.arrays import FloatArray
 from detectors.peer import PeerStats, peer_zscores
 
 __all__ = [
@@ -51,8 +51,6 @@ __all__ = [
     "role_peer_stats",
     "step_populations",
 ]
-
-FloatArray = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True)

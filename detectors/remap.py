@@ -100,6 +100,8 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from detectors.arrays import FloatArray
+
 __all__ = [
     "DAY_MS",
     "HOUR_MS",
@@ -111,7 +113,6 @@ __all__ = [
     "theil_sen_slope",
 ]
 
-FloatArray = npt.NDArray[np.float64]
 Severity = Literal["warning", "critical"]
 Kind = Literal["creep", "uncorrectable", "pending", "failure"]
 Action = Literal["RESET_GPU", "CONTACT_SUPPORT"]

@@ -73,7 +73,8 @@ from functools import lru_cache
 from typing import Any, Literal
 
 import numpy as np
-import numpy.typing as npt
+
+from detectors.arrays import FloatArray
 
 __all__ = [
     "ChangePointParams",
@@ -85,7 +86,6 @@ __all__ = [
 ]
 
 Direction = Literal["down", "up"]
-FloatArray = npt.NDArray[np.float64]
 
 _MAD_TO_SIGMA = 1.4826
 _MEDIAN_VARIANCE = math.pi / 2.0  # variance of a normal sample's median / that of its mean

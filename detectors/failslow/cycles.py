@@ -44,7 +44,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
+
+from detectors.arrays import FloatArray
 
 __all__ = [
     "Cycle",
@@ -57,7 +58,6 @@ __all__ = [
     "step_cycles",
 ]
 
-FloatArray = npt.NDArray[np.float64]
 DipEvent = tuple[int, int]  # (first bucket, length in buckets)
 
 _MAD_TO_SIGMA = 1.4826

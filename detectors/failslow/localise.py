@@ -53,6 +53,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from detectors.arrays import FloatArray
 from detectors.fusion import Signal
 from detectors.peer import peer_zscores
 
@@ -72,7 +73,6 @@ __all__ = [
 ]
 
 Klass = Literal["compute", "network", "cpu", "cluster-wide", "unknown", "none"]
-FloatArray = npt.NDArray[np.float64]
 
 # DCGM_FI_DEV_CLOCKS_EVENT_REASONS bits (nvmlClocksEventReason*): the ones that mean
 # "this GPU is being slowed" rather than "idle" or "held at the application clock".

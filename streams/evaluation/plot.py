@@ -26,14 +26,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from detectors.arrays import FloatArray, IntArray
 from detectors.features import DEFAULT_BUCKET_MS
 from streams.evaluation.alerts import alert_episodes, to_alert_event
 from streams.sources.simulator.faults import GroundTruth
 
 __all__ = ["plot_score_heatmap", "score_matrix"]
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 _EVENT_COLOURS = {
     "checkpoint_save": "tab:blue",
     "restart_load": "tab:orange",
