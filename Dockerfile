@@ -1,11 +1,18 @@
 # syntax=docker/dockerfile:1
 # Build a wheel in one stage, install it into a slim runtime as a non-root user.
 FROM python:3.11-slim AS build
+# The compiled remote_write decoder (native/) needs Rust and a C linker, in this stage only.
+COPY --from=rust:1-slim /usr/local/cargo /usr/local/cargo
+COPY --from=rust:1-slim /usr/local/rustup /usr/local/rustup
+ENV CARGO_HOME=/usr/local/cargo RUSTUP_HOME=/usr/local/rustup PATH=/usr/local/cargo/bin:$PATH
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY streams ./streams
 COPY detectors ./detectors
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+COPY native ./native
+RUN pip wheel --no-cache-dir --wheel-dir /wheels . ./native
 
 FROM python:3.11-slim
 RUN useradd --system --uid 10001 --home-dir /var/lib/peerwatch --create-home peerwatch

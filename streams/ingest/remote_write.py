@@ -29,6 +29,11 @@ At fleet scale a process sees far more distinct series than any cache holds; the
 optional ``metric_names`` prefilter then matters most: series no feature reads
 (~95 % of an exporter's output) are skipped before their labels are decoded.
 
+The optional compiled decoder (``native/``, the ``peerwatch_native`` extension) takes
+the bodies Prometheus sends first; anything it does not fully understand it hands
+back whole, and this module's decoder -- the reference -- decodes it (see
+``WriteRequestDecoder(native=...)``).
+
 Errors::
 
     ValueError
@@ -49,7 +54,17 @@ from google.protobuf.message import DecodeError
 
 from streams.ingest.series import Series
 
+try:  # the compiled fast path (native/); the pure-Python decoder below is the fallback
+    from peerwatch_native import Decoder as _NativeDecoder
+except ImportError:  # pragma: no cover - depends on the install
+    _NativeDecoder = None
+
+NATIVE_AVAILABLE = _NativeDecoder is not None
+"""True if the compiled decoder is installed (``pip install -e native``)."""
+_native_by_default = NATIVE_AVAILABLE  # ``native=None``; the tests run both ways
+
 __all__ = [
+    "NATIVE_AVAILABLE",
     "STALE_NAN",
     "STALE_NAN_BITS",
     "RemoteWriteError",
@@ -230,6 +245,12 @@ class WriteRequestDecoder:
     The returned ``Series.labels`` dicts are shared between series and requests
     (that is what makes decoding cheap): treat them as read-only. The caches are
     bounded (oldest entry out first); one decoder belongs to one thread.
+
+    ``native``: True to decode with the compiled decoder (an error if it is not
+    installed), False for pure Python, None (default) for the compiled one if
+    installed. Both give the same series and errors; the compiled one hands the
+    bodies it does not fully understand to the pure-Python code (counted in
+    ``fallback_bodies``).
     """
 
     def __init__(
@@ -239,6 +260,7 @@ class WriteRequestDecoder:
         label_cache_size: int = 200_000,
         max_body_bytes: int = 64 * 1024 * 1024,
         max_series_per_request: int = 500_000,
+        native: bool | None = None,
     ) -> None:
         if label_cache_size < 0 or max_body_bytes <= 0 or max_series_per_request <= 0:
             raise ValueError(
@@ -255,6 +277,35 @@ class WriteRequestDecoder:
         self._labels: dict[bytes, dict[str, str]] = {}  # label prefix -> labels
         self._pairs: dict[bytes, tuple[str, str]] = {}  # one encoded Label -> (name, value)
         self._timestamps: dict[bytes, int] = {}
+        if native is None:
+            native = _native_by_default and _NativeDecoder is not None
+        if native and _NativeDecoder is None:
+            raise RuntimeError(
+                "the compiled decoder is not installed (pip install -e native); "
+                "set ingest_decoder to python or auto"
+            )
+        self._native = (
+            None
+            if _NativeDecoder is None or not native
+            else _NativeDecoder(
+                Series,
+                metric_names=None if self.metric_names is None else sorted(self.metric_names),
+                label_cache_size=label_cache_size,
+                max_body_bytes=max_body_bytes,
+                max_series_per_request=max_series_per_request,
+            )
+        )
+        self.fallback_bodies = 0
+
+    @property
+    def native(self) -> bool:
+        """True if the compiled decoder decodes first."""
+        return self._native is not None
+
+    @property
+    def cached_label_sets(self) -> int:
+        """Label dicts the decoder caches (the compiled decoder's, if it runs)."""
+        return len(self._labels) if self._native is None else self._native.cached_label_sets
 
     def decode(self, body: bytes) -> list[Series]:
         """All float samples of ``body``; an empty list for a metadata-only request.
@@ -262,6 +313,17 @@ class WriteRequestDecoder:
         Series that carry no float sample (native histograms, exemplars only) are
         skipped: peerwatch has no use for them.
         """
+        if self._native is not None:
+            done = self._native.decode(body)
+            if done is not None:
+                series, skipped = done
+                self.skipped_series += skipped
+                return series
+            self.fallback_bodies += 1
+        return self._decode_reference(body)
+
+    def _decode_reference(self, body: bytes) -> list[Series]:
+        """The pure-Python decoder: every body, every valid encoding, every error."""
         view = self._parse_view(self._decompress(body))
         # Refused whole, before any work: accepting the first N would answer 204 for data
         # thrown away, and a 400 tells Prometheus (and its log) that retrying cannot help.

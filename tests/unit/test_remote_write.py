@@ -8,7 +8,7 @@ import time
 
 import cramjam
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streams.ingest import remote_write as rw
@@ -24,6 +24,21 @@ from streams.ingest.remote_write import (
 from streams.ingest.series import Series
 
 T0 = 1_700_000_000_000
+
+
+@pytest.fixture(autouse=True, params=["python", "native"])
+def decoder_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test here runs against the pure-Python decoder and the compiled one (which
+    hands what it does not understand to the pure-Python code)."""
+    native = request.param == "native"
+    monkeypatch.setattr(rw, "_native_by_default", native)
+    monkeypatch.setattr(rw, "_default_decoder", WriteRequestDecoder())
+    assert rw._default_decoder.native is native
+    return str(request.param)
+
+
+# the fixture above is the same for every example
+_fixture_ok = [HealthCheck.function_scoped_fixture]
 
 
 def bits(v: float) -> int:
@@ -259,7 +274,7 @@ def test_label_cache_is_bounded() -> None:
     body = encode_write_request(series)
     assert decoder.decode(body) == series
     assert decoder.decode(body) == series
-    assert len(decoder._labels) <= 4
+    assert decoder.cached_label_sets <= 4
 
 
 def distinct_encoded_series(n: int) -> list[bytes]:
@@ -320,7 +335,7 @@ series_strategy = st.builds(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, suppress_health_check=_fixture_ok)
 @given(st.lists(series_strategy, max_size=8))
 def test_decode_inverts_encode(series: list[Series]) -> None:
     """decode(encode(x)) == x for any labels and any float, NaN payloads included."""
@@ -358,7 +373,7 @@ def decode_or_error(decoder: WriteRequestDecoder, body: bytes) -> object:
 _shared_warm_decoder = WriteRequestDecoder()
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=400, deadline=None, suppress_health_check=_fixture_ok)
 @given(
     st.lists(series_strategy, min_size=1, max_size=4),
     st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=3),
@@ -402,7 +417,7 @@ def test_prefilter_is_not_fooled_by_a_label_value_that_spells_a_name_label() -> 
     assert decoder.decode(encode_write_request(series)) == series
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, suppress_health_check=_fixture_ok)
 @given(
     st.lists(series_strategy, min_size=1, max_size=4),
     st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=2),
