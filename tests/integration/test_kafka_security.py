@@ -14,6 +14,7 @@ ingest unready with the same reason, never a traceback or the password.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -26,10 +27,11 @@ from pathlib import Path
 import pytest
 
 from streams.kafka import KafkaLoginError, raise_if_login_refused
-from streams.services import KafkaKRaft, free_port
+from streams.services import KafkaKRaft, PeerwatchProcess, free_port
 from streams.settings import Settings
 from tests.integration.conftest import start_or_fail
 from tests.integration.harness import Deployment, TlsFiles, make_tls_files, read_topic, wait_for
+from tests.integration.test_kubernetes_manifests import OVERLAY, build, pod_environment
 from tests.integration.test_xid_log import LINE, replay_around_kernel_lines
 
 # Every password holds this marker: no output may ever show it.
@@ -39,6 +41,7 @@ USERS = {  # mechanism -> (user, password)
     "SCRAM-SHA-256": ("bob", f"bob-{MARKER}"),
     "SCRAM-SHA-512": ("carol", f"carol-{MARKER}"),
 }
+MANIFEST_PASSWORD = f"peerwatch-{MARKER}"  # user peerwatch, as deploy/kubernetes logs in
 _PLAIN_JAAS = "org.apache.kafka.common.security.plain.PlainLoginModule required"
 _SCRAM_JAAS = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
 
@@ -96,6 +99,7 @@ def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureKaf
             f"{prefix}.scram-sha-512.sasl.jaas.config={_SCRAM_JAAS}",
         ]
     scram = [f"{m}=[name={u},password={p}]" for m, (u, p) in USERS.items() if m != "PLAIN"]
+    scram.append(f"SCRAM-SHA-512=[name=peerwatch,password={MANIFEST_PASSWORD}]")
     free: set[int] = set()
     while len(free) < 4:
         free.add(free_port())
@@ -147,6 +151,42 @@ async def test_frames_in_and_an_alert_out_over_a_secure_listener(
     assert alert["labels"]["node"] == "gpu070"
     logs = "".join(p.read_text() for p in tmp_path.glob("*.log"))
     assert MARKER not in logs
+
+
+def test_the_kubernetes_pods_log_in_with_their_configmap_and_secret(
+    secure_kafka: SecureKafka, tmp_path: Path
+) -> None:
+    """deploy/kubernetes as built: each pod's environment, the ConfigMap's kafka_* settings
+    (SASL_SSL, SCRAM-SHA-512, user peerwatch) and the Secret's kafka-password and
+    kafka-ca.crt files get the ingest and the worker (on rocksdb://) ready. Set apart from
+    a pod: the broker, the Secret's values (this broker's), loopback ports and paths, one
+    replica per topic, no Alertmanager."""
+    objects = build(OVERLAY)
+    bootstrap = f"127.0.0.1:{secure_kafka.broker.listeners['SASL_SSL']}"
+    deployment = Deployment.new(bootstrap, "", tmp_path)
+    local = deployment.env | {
+        "PEERWATCH_TOPIC_REPLICATION": "1",
+        "PEERWATCH_INGEST_HOST": "127.0.0.1",
+        "PEERWATCH_WORKER_WEB_HOST": "127.0.0.1",
+        "PEERWATCH_INGEST_WAL_DIR": str(tmp_path / "wal"),
+    }
+    processes = []
+    for name, url in (
+        ("ingest", f"http://127.0.0.1:{deployment.ingest_port}/-/ready"),
+        ("worker", f"http://127.0.0.1:{deployment.metrics_port}/-/ready"),
+    ):
+        secrets = tmp_path / f"{name}-secrets"
+        secrets.mkdir()
+        env = pod_environment(objects, f"peerwatch-{name}", secrets) | local
+        (secrets / "kafka-password").write_text(MANIFEST_PASSWORD + "\n")
+        shutil.copy(secure_kafka.tls.ca, secrets / "kafka-ca.crt")
+        assert "PEERWATCH_KAFKA_SECURITY_PROTOCOL" not in env  # the ConfigMap's, not ours
+        processes.append(PeerwatchProcess([name], env, tmp_path / f"{name}.log", url))
+    with processes[0], processes[1]:
+        pass  # both answered /-/ready 200: logged in, the worker's partitions assigned
+    logs = "".join(p.read_text() for p in tmp_path.glob("*.log"))
+    assert MARKER not in logs
+    assert list((tmp_path / "worker").rglob("CURRENT")), "no RocksDB database under the datadir"
 
 
 def _wrong_password(secure_kafka: SecureKafka, mechanism: str) -> dict[str, str]:

@@ -186,23 +186,30 @@ def test_probes_resources_and_hardening(objects: list[dict[str, Any]], name: str
     assert mounts <= volumes
 
 
+def pod_environment(objects: list[dict[str, Any]], name: str, directory: Path) -> dict[str, str]:
+    """The ``PEERWATCH_*`` environment of container ``name`` as its pod has it, with the
+    ConfigMap's file and the Secret's keys written to ``directory`` (for
+    /etc/peerwatch/secrets; the placeholder CA is no PEM, so a real CA stands in for it)."""
+    config = directory / "config.yaml"
+    config.write_text(one(objects, "ConfigMap", "peerwatch-config")["data"]["config.yaml"])
+    for key, value in one(objects, "Secret", "peerwatch-credentials")["stringData"].items():
+        (directory / key).write_text(value)
+    shutil.copy(make_tls_files(directory / "tls").ca, directory / "kafka-ca.crt")
+    (container,) = _pods(objects)[name]["spec"]["containers"]
+    return {
+        env["name"]: env["value"].replace("/etc/peerwatch/secrets", str(directory))
+        for env in container["env"]
+    } | {"PEERWATCH_CONFIG": str(config)}
+
+
 def _mounted_settings(
     objects: list[dict[str, Any]], name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Settings:
-    """The settings container ``name`` loads: the ConfigMap, the Secret's keys as files in
-    ``tmp_path`` (for /etc/peerwatch/secrets) and the container's environment."""
-    config = tmp_path / "config.yaml"
-    config.write_text(one(objects, "ConfigMap", "peerwatch-config")["data"]["config.yaml"])
-    for key, value in one(objects, "Secret", "peerwatch-credentials")["stringData"].items():
-        (tmp_path / key).write_text(value)
-    # the placeholder is no PEM: a real CA where the user puts theirs
-    shutil.copy(make_tls_files(tmp_path / "tls").ca, tmp_path / "kafka-ca.crt")
+    """The settings container ``name`` loads (nothing else in the environment)."""
     for var in [v for v in os.environ if v.startswith("PEERWATCH_")]:
         monkeypatch.delenv(var)
-    (container,) = _pods(objects)[name]["spec"]["containers"]
-    for env in container["env"]:
-        value = env["value"].replace("/etc/peerwatch/secrets", str(tmp_path))
-        monkeypatch.setenv(env["name"], str(config) if env["name"] == "PEERWATCH_CONFIG" else value)
+    for var, value in pod_environment(objects, name, tmp_path).items():
+        monkeypatch.setenv(var, value)
     return load_settings()
 
 
