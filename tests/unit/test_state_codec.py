@@ -1,0 +1,84 @@
+"""The state codec, and the persisted format: snapshots written before it still restore."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import pytest
+
+from detectors.state_codec import FINITE, from_data, to_data
+from streams.pipeline import Pipeline
+from streams.settings import Settings
+
+SNAPSHOTS = Path(__file__).parent / "data" / "snapshots"
+SETTINGS = Settings(group_labels=["train_job"])
+
+
+@pytest.mark.parametrize("name", ["gpu-slow-16", "ecc-xid94"])
+def test_golden_snapshot_restores_and_is_written_back_unchanged(name: str) -> None:
+    """Snapshots written by the hand-written to_dicts (tests/unit/data/snapshots/make.py
+    at the codec's first commit) restore, and today's snapshot of them is the same JSON."""
+    golden = json.loads((SNAPSHOTS / f"{name}.json").read_text())
+    assert golden
+    for group, snap in golden.items():
+        assert snap["detector"] is not None and snap["failslow"] is not None
+        pipeline = Pipeline.from_settings(SETTINGS)
+        pipeline.restore(group, snap)
+        again = json.loads(json.dumps(pipeline.snapshot(group), allow_nan=False))
+        assert again == snap
+
+
+@dataclass(frozen=True)
+class Inner:
+    at: int
+    level: float = field(default=0.0, metadata=FINITE)
+
+
+@dataclass(frozen=True)
+class Outer:
+    name: str
+    inner: Inner | None = None
+    pairs: tuple[tuple[str, int | None], ...] = ()
+    stage: Literal["S1", "S2"] = "S1"
+    counts: dict[int, int] = field(default_factory=dict)
+
+
+def test_round_trip_of_nested_optional_tuple_literal_and_int_keyed_fields() -> None:
+    value = Outer("a", Inner(3, 1.5), (("x", 1), ("y", None)), "S2", {4: 5})
+    data = json.loads(json.dumps(to_data(value)))
+    assert data == {
+        "name": "a",
+        "inner": {"at": 3, "level": 1.5},
+        "pairs": [["x", 1], ["y", None]],
+        "stage": "S2",
+        "counts": {"4": 5},
+    }
+    assert from_data(Outer, data) == value
+
+
+def test_missing_fields_take_their_defaults() -> None:
+    assert from_data(Outer, {"name": "a"}) == Outer("a")
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ([], "Outer must be a JSON object"),
+        ({}, "Outer is missing 'name'"),
+        ({"name": 3}, "Outer.name must be a string"),
+        ({"name": "a", "inner": {"at": "x"}}, "Outer.inner.at must be an int"),
+        (
+            {"name": "a", "inner": {"at": 1, "level": float("inf")}},
+            "Outer.inner.level must be finite",
+        ),
+        ({"name": "a", "pairs": [["x", 1, 2]]}, r"Outer.pairs\[0\] must have 2 items"),
+        ({"name": "a", "stage": "S9"}, "Outer.stage must be one of"),
+        ({"name": "a", "inner": {"at": True}}, "Outer.inner.at must be an int"),
+    ],
+)
+def test_malformed_data_is_a_value_error_naming_the_field(data: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        from_data(Outer, data)
