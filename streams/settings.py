@@ -131,6 +131,11 @@ class Settings(BaseSettings):
     )
     # cardinality guards (issue 9): past a limit, the samples of a *new* series / node /
     # group member drop, counted in peerwatch_ingest_samples{outcome=*_limit} and logged
+    ingest_decoder: Literal["auto", "native", "python"] = Field(
+        "auto",
+        description="remote_write decoder: native (compiled, native/), python, or auto "
+        "(native if installed)",
+    )
     ingest_max_series_per_request: int = Field(
         500_000, ge=1, description="a write with more series gets 400 (Prometheus sends ~2,000)"
     )

@@ -62,8 +62,11 @@ except ImportError:  # pragma: no cover - depends on the install
 NATIVE_AVAILABLE = _NativeDecoder is not None
 """True if the compiled decoder is installed (``pip install -e native``)."""
 _native_by_default = NATIVE_AVAILABLE  # ``native=None``; the tests run both ways
+DECODER_CHOICES: dict[str, bool | None] = {"auto": None, "native": True, "python": False}
+"""``ingest_decoder`` -> ``WriteRequestDecoder(native=...)``."""
 
 __all__ = [
+    "DECODER_CHOICES",
     "NATIVE_AVAILABLE",
     "STALE_NAN",
     "STALE_NAN_BITS",

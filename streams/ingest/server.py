@@ -37,7 +37,7 @@ from streams.frames import Frame
 from streams.ingest.builder import AddStats, frame_builder_for
 from streams.ingest.membership import MembershipFollower
 from streams.ingest.producer import FrameProducer
-from streams.ingest.remote_write import RemoteWriteError, WriteRequestDecoder
+from streams.ingest.remote_write import DECODER_CHOICES, RemoteWriteError, WriteRequestDecoder
 from streams.ingest.request_timer import request_timer
 from streams.ingest.security import WriteAuth, server_ssl_context
 from streams.ingest.series import Series
@@ -69,6 +69,7 @@ class Ingest:
             metric_names=self.builder.metric_names,
             max_body_bytes=8 * settings.max_body_bytes,
             max_series_per_request=settings.ingest_max_series_per_request,
+            native=DECODER_CHOICES[settings.ingest_decoder],
         )
         # The one thread that touches the decoder and the builder (neither is thread-safe).
         self._work = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-work")

@@ -225,3 +225,14 @@ def test_a_decoder_made_in_one_thread_decodes_in_another() -> None:
     body = encode_write_request([Series({"__name__": "up"}, [(T0, 1.0)])])
     with ThreadPoolExecutor(max_workers=1) as pool:
         assert pool.submit(decoder.decode, body).result() == decoder.decode(body)
+
+
+@pytest.mark.parametrize(("choice", "native"), [("native", True), ("python", False)])
+def test_ingest_decoder_setting_picks_the_decoder(choice: str, native: bool) -> None:
+    from streams.settings import Settings
+
+    setting = Settings(ingest_decoder=choice).ingest_decoder  # type: ignore[arg-type]
+    assert WriteRequestDecoder(native=rw.DECODER_CHOICES[setting]).native is native
+    assert WriteRequestDecoder(native=rw.DECODER_CHOICES["auto"]).native is rw.NATIVE_AVAILABLE
+    with pytest.raises(ValueError, match="ingest_decoder"):
+        Settings(ingest_decoder="rust")  # type: ignore[arg-type]
