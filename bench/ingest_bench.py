@@ -6,17 +6,22 @@ Input: scrape rounds of a scenario's simulated cluster (``gpu-slow``: 63 nodes,
 every metric family on, ~9,900 series per round, one sample each -- the shape
 Prometheus sends), and the same rounds as remote_write bodies of at most 2,000
 samples (Prometheus' ``max_samples_per_send``). Each row runs a *baseline* and
-the current code on the same input in this process, interleaved, best of
-``--repeat``, so a busy machine slows both alike:
+the current code on the same input in this process, interleaved, the median of
+``--repeat`` runs each, so a busy machine slows both alike:
 
 - ``add()`` / ``add() + close``: ``FrameBuilder`` against the builder as it was
   before the hot-path rework (``bench.baseline_frames``);
 - ``add(), fresh label dicts``: the same with every round's label dicts copied,
   so every series resolves its labels anew (a decoder whose label cache turns
   over, as at fleet scale, hands out new dicts);
-- ``decode + add``: the ingest's request path, decoder + builder, baseline
-  builder vs current; with the decoder's ``metric_names`` prefilter (as the
-  ingest runs it) and without;
+- ``decode + add``: the ingest's request path, pure-Python decoder + builder,
+  baseline builder vs current; with the decoder's ``metric_names`` prefilter
+  (as the ingest runs it) and without;
+- ``native decode (+ add)``: the pure-Python decoder vs the compiled one
+  (``native/``), each with ``FrameBuilder``;
+- ``library limit``: the yardstick of issue 12 -- snappy + upb
+  ``ParseFromString`` of the same bodies into the prompb classes, and the same
+  plus a Python walk of every label and sample (no decoder does less work);
 - ``prefilter``: decode (+ add) unfiltered vs with the prefilter; the simulator
   emits few series no feature reads (~20 %, a real node_exporter ~95 %), so
   this says what the prefilter costs on series it lets through.
@@ -32,16 +37,24 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
+import cramjam
+
 from bench.baseline_frames import BaselineFrameBuilder
 from streams.evaluation.runner import evaluation_settings
 from streams.frames import Frame
 from streams.ingest.builder import FrameBuilder
-from streams.ingest.remote_write import WriteRequestDecoder, encode_write_request
+from streams.ingest.remote_write import (
+    NATIVE_AVAILABLE,
+    WriteRequest,
+    WriteRequestDecoder,
+    encode_write_request,
+)
 from streams.ingest.series import Series
 from streams.settings import Settings
 from streams.sources.simulator.cluster import ClusterSimulator
@@ -114,11 +127,14 @@ def run_bodies(
     settings: Settings,
     bodies: list[tuple[int, list[bytes], int]],
     prefilter: bool,
+    native: bool = False,
 ) -> float:
     """CPU seconds to decode bodies[1:] and add them to a ``cls`` builder (None: decode
     only); bodies[0] warms the decoder's caches and the builder."""
     builder = make_builder(cls or FrameBuilder, settings)
-    decoder = WriteRequestDecoder(metric_names=builder.metric_names if prefilter else None)
+    decoder = WriteRequestDecoder(
+        metric_names=builder.metric_names if prefilter else None, native=native
+    )
     spent = 0.0
     for i, (t_ms, requests, _) in enumerate(bodies):
         started = time.process_time()
@@ -129,18 +145,38 @@ def run_bodies(
                 builder.add(series, now_s=now_s)
         if i:
             spent += time.process_time() - started
+    if native:
+        assert decoder.fallback_bodies == 0, "the compiled decoder left bodies to Python"
+    return spent
+
+
+def run_library_limit(bodies: list[tuple[int, list[bytes], int]], walk: bool) -> float:
+    """CPU seconds for snappy + upb ``WriteRequest.FromString`` of bodies[1:], and with
+    ``walk`` a Python pass over every label and sample (what any Python consumer pays)."""
+    spent = 0.0
+    for i, (_, requests, _) in enumerate(bodies):
+        started = time.process_time()
+        for body in requests:
+            request = WriteRequest.FromString(bytes(cramjam.snappy.decompress_raw(body)))
+            if walk:
+                for ts in request.timeseries:
+                    labels = {label.name: label.value for label in ts.labels}
+                    samples = [(s.timestamp, s.value) for s in ts.samples]
+                    del labels, samples
+        if i:
+            spent += time.process_time() - started
     return spent
 
 
 def best_pair(
     baseline: Callable[[], float], current: Callable[[], float], repeat: int
 ) -> tuple[float, float]:
-    """Fastest of ``repeat`` runs of each, interleaved (A B A B ...) so load hits both."""
-    a = b = float("inf")
+    """Median of ``repeat`` runs of each, interleaved (A B A B ...) so load hits both."""
+    a, b = [], []
     for _ in range(repeat):
-        a = min(a, baseline())
-        b = min(b, current())
-    return a, b
+        a.append(baseline())
+        b.append(current())
+    return statistics.median(a), statistics.median(b)
 
 
 def frames_equal(a: Sequence[Frame], b: Sequence[Frame]) -> bool:
@@ -175,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     per_round = len(rounds[0][1])
     print(
         f"ingest bench: {args.scenario} seed {args.seed}, {per_round:,} series/round, "
-        f"{args.rounds} rounds timed ({samples:,} samples), best of {args.repeat}, "
+        f"{args.rounds} rounds timed ({samples:,} samples), median of {args.repeat}, "
         "samples/s of CPU time on one core"
     )
 
@@ -214,18 +250,36 @@ def main(argv: Sequence[str] | None = None) -> None:
         args.repeat,
     )
     rows.append(("prefilter, decode alone", "unfiltered", a, "prefiltered", b))
+    if NATIVE_AVAILABLE:
+        for label, cls, prefilter in (
+            ("native decode + add, prefiltered", FrameBuilder, True),
+            ("native decode + add, unfiltered", FrameBuilder, False),
+            ("native decode alone, unfiltered", None, False),
+        ):
+            a, b = best_pair(
+                partial(run_bodies, cls, settings, bodies, prefilter, False),
+                partial(run_bodies, cls, settings, bodies, prefilter, True),
+                args.repeat,
+            )
+            rows.append((label, "Python decoder", a, "native", b))
+    a, b = best_pair(
+        partial(run_library_limit, bodies, False),
+        partial(run_library_limit, bodies, True),
+        args.repeat,
+    )
+    rows.append(("library limit: snappy + upb", "parse", a, "parse + walk", b))
 
     print()
     print(
-        f"{'path':<27} {'baseline':<17} {'samples/s':>10}   {'new':<13} {'samples/s':>10}  speed-up"
+        f"{'path':<33} {'baseline':<17} {'samples/s':>10}   {'new':<13} {'samples/s':>10}  speed-up"
     )
     for label, base_name, base_s, new_name, new_s in rows:
         base_rate, new_rate = samples / base_s, samples / new_s
         mark = ""
-        if label.startswith("decode + add,"):
+        if "decode + add," in label:
             mark = "  (target met)" if new_rate >= TARGET_SAMPLES_PER_S else "  (below target)"
         print(
-            f"{label:<27} {base_name:<17} {base_rate:>10,.0f}   {new_name:<13} {new_rate:>10,.0f}"
+            f"{label:<33} {base_name:<17} {base_rate:>10,.0f}   {new_name:<13} {new_rate:>10,.0f}"
             f"  {base_s / new_s:5.2f}x{mark}"
         )
 
@@ -238,6 +292,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"{'identical to' if same else 'DIFFERENT from'} the baseline builder's"
     )
     print(f"design target: >= {TARGET_SAMPLES_PER_S:,} samples/s on one core (decode + add)")
+    if not NATIVE_AVAILABLE:
+        print("compiled decoder not installed (pip install ./native): its rows are left out")
 
 
 if __name__ == "__main__":
