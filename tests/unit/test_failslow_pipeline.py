@@ -38,7 +38,7 @@ from streams.metrics import WorkerMetrics
 from streams.offline import build_pair, run_offline
 from streams.pipeline import Pipeline
 from streams.settings import Settings
-from streams.sources.simulator.cluster import ClusterConfig
+from streams.sources.simulator.config import ClusterConfig
 from streams.sources.simulator.run import generate
 from streams.sources.simulator.scenarios import REPORTING_SEEDS, get_scenario
 

@@ -14,7 +14,7 @@ from detectors.gpu_health import XID_ALERT
 from streams.metrics import WorkerMetrics, remapped_rows
 from streams.offline import score_rounds
 from streams.settings import Settings
-from streams.sources.simulator.cluster import ClusterConfig
+from streams.sources.simulator.config import ClusterConfig
 from streams.sources.simulator.remap import UncorrectableRemap
 from streams.sources.simulator.run import generate
 

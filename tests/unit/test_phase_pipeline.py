@@ -27,10 +27,9 @@ from streams.metrics import WorkerMetrics
 from streams.offline import run_offline, score_rounds
 from streams.settings import Settings
 from streams.sources.simulator.calibration import Calibration
-from streams.sources.simulator.cluster import ClusterConfig
 from streams.sources.simulator.conditions import PlannedRestart
+from streams.sources.simulator.config import METRIC_FAMILIES, ClusterConfig
 from streams.sources.simulator.faults import CHECKPOINT_SAVE, NvlinkBusFault
-from streams.sources.simulator.layout import METRIC_FAMILIES
 from streams.sources.simulator.run import generate, ground_truth
 
 SETTINGS = Settings(group_labels=["train_job"])

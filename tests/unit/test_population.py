@@ -18,7 +18,7 @@ from detectors.population import (
 from streams.catalog import DEFAULT_FEATURES
 from streams.offline import run_offline, score_rounds
 from streams.settings import Settings
-from streams.sources.simulator.cluster import DEFAULT_START_MS, ClusterConfig
+from streams.sources.simulator.config import DEFAULT_START_MS, ClusterConfig
 from streams.sources.simulator.faults import NvlinkBusFault
 from streams.sources.simulator.run import generate
 

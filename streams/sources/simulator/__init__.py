@@ -17,13 +17,9 @@ spread scrape offsets, HA replica pairs, vanishing job labels, role labels) and
 """
 
 from streams.sources.simulator.calibration import Calibration
-from streams.sources.simulator.cluster import (
-    ALL_FAMILIES,
-    DEFAULT_START_MS,
-    ClusterConfig,
-    ClusterSimulator,
-)
+from streams.sources.simulator.cluster import ClusterSimulator
 from streams.sources.simulator.conditions import HotGpu, LateScrape, PlannedRestart, TwoPopulations
+from streams.sources.simulator.config import ALL_FAMILIES, DEFAULT_START_MS, ClusterConfig
 from streams.sources.simulator.failslow import (
     CompoundCongestionThermal,
     CpuContention,

@@ -27,7 +27,7 @@ from streams.sources.simulator.state import (
 )
 
 if TYPE_CHECKING:
-    from streams.sources.simulator.cluster import ClusterConfig
+    from streams.sources.simulator.config import ClusterConfig
     from streams.sources.simulator.traits import NodeTraits
 
 

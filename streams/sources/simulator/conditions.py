@@ -35,10 +35,10 @@ from streams.sources.simulator.faults import (
     check_window,
 )
 from streams.sources.simulator.state import RoundState
+from streams.sources.simulator.traits import NodeTraits, ShapesTraits
 
 if TYPE_CHECKING:
-    from streams.sources.simulator.cluster import ClusterConfig
-    from streams.sources.simulator.traits import NodeTraits
+    from streams.sources.simulator.config import ClusterConfig
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class HotGpu(NodeFault):
 
 
 @dataclass(frozen=True)
-class TwoPopulations(JobFault):
+class TwoPopulations(JobFault, ShapesTraits):
     """``n_small`` job nodes stage and write little; all others the large share (report: 12/48).
 
     The small nodes are ``nodes`` when given, else ``n_small`` job hosts drawn

@@ -28,9 +28,7 @@ from typing import TYPE_CHECKING, ClassVar
 from streams.sources.simulator.state import GETATTR, TARGETS, TRAINER
 
 if TYPE_CHECKING:
-    from streams.sources.simulator.cluster import ClusterConfig
     from streams.sources.simulator.state import RoundState
-    from streams.sources.simulator.traits import NodeTraits
 
 # Ground-truth kinds of events that are not a node's fault: cluster-wide
 # behaviour that detectors must *not* blame on a node.
@@ -110,9 +108,6 @@ class Fault(ABC):
         """Raise ValueError when the fault does not fit the cluster."""
         if self.node is not None and self.node not in hosts:
             raise ValueError(f"{self.kind}: unknown node {self.node!r}")
-
-    def shape_traits(self, traits: NodeTraits, config: ClusterConfig) -> None:  # noqa: B027
-        """Change the cluster's persistent traits once, before the first round (default: no-op)."""
 
     @abstractmethod
     def apply(self, state: RoundState, node: int | None) -> None:

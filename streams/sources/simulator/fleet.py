@@ -26,7 +26,7 @@ from streams.sources.simulator.layout import sorted_labels, trainer_roles
 from streams.sources.simulator.state import DCGM, TARGETS
 
 if TYPE_CHECKING:
-    from streams.sources.simulator.cluster import ClusterConfig
+    from streams.sources.simulator.config import ClusterConfig
     from streams.sources.simulator.timeline import JobEpoch
 
 # Seed-sequence keys of the replicas' own offset and jitter streams.

@@ -36,24 +36,18 @@ family         series (labels beyond instance / job / cluster)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
-from streams.sources.simulator.state import DCGM, NFS_OPERATIONS, NODE_EXPORTER
-
-if TYPE_CHECKING:
-    from streams.sources.simulator.cluster import ClusterConfig
-
-CPU, MEMORY, INFINIBAND, GPU_PERF, ROW_REMAP, TRAINER_FAMILY = (
-    "cpu",
-    "memory",
-    "infiniband",
-    "gpu_perf",
-    "row_remap",
-    "trainer",
+from streams.sources.simulator.config import (
+    CPU,
+    GPU_PERF,
+    INFINIBAND,
+    MEMORY,
+    ROW_REMAP,
+    TRAINER_FAMILY,
+    ClusterConfig,
 )
-METRIC_FAMILIES = frozenset({CPU, MEMORY, INFINIBAND, GPU_PERF, ROW_REMAP, TRAINER_FAMILY})
+from streams.sources.simulator.state import DCGM, NFS_OPERATIONS, NODE_EXPORTER
 
 NFS_COUNTERS = (
     "node_mountstats_nfs_operations_requests_total",

@@ -20,10 +20,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from streams.sources.simulator.cluster import ALL_FAMILIES, ClusterConfig
 from streams.sources.simulator.conditions import PlannedRestart
+from streams.sources.simulator.config import ALL_FAMILIES, TRAINER_FAMILY, ClusterConfig
 from streams.sources.simulator.faults import EccFault, Fault, NvlinkBusFault
-from streams.sources.simulator.layout import TRAINER_FAMILY
 
 __all__ = [
     "FLEET_FAMILIES",

@@ -30,7 +30,8 @@ from pathlib import Path
 import httpx
 
 from streams.ingest.series import Series
-from streams.sources.simulator.cluster import ClusterConfig, ClusterSimulator
+from streams.sources.simulator.cluster import ClusterSimulator
+from streams.sources.simulator.config import ClusterConfig
 from streams.sources.simulator.faults import GroundTruth
 from streams.sources.simulator.timeline import plan_job
 

@@ -53,8 +53,8 @@ from streams.ingest.series import Series
 from streams.settings import Settings
 from streams.sources.simulator import real_fleet
 from streams.sources.simulator.calibration import Calibration
-from streams.sources.simulator.cluster import ALL_FAMILIES, DEFAULT_START_MS, ClusterConfig
 from streams.sources.simulator.conditions import HotGpu, LateScrape, PlannedRestart, TwoPopulations
+from streams.sources.simulator.config import ALL_FAMILIES, DEFAULT_START_MS, ClusterConfig
 from streams.sources.simulator.failslow import (
     CompoundCongestionThermal,
     CpuContention,
@@ -78,7 +78,7 @@ from streams.sources.simulator.remap import (
     remap_series,
 )
 from streams.sources.simulator.run import generate, ground_truth
-from streams.sources.simulator.traits import NodeTraits
+from streams.sources.simulator.traits import shaped_traits
 
 __all__ = [
     "CHECKPOINT_CADENCES_H",
@@ -192,9 +192,7 @@ class Scenario:
         creeps = [f for f in config.faults if isinstance(f, RowRemapCreep)]
         if not creeps:
             return []
-        traits = NodeTraits(config)  # the GPU's own old remaps, as the full simulator adds them
-        for fault in config.faults:
-            fault.shape_traits(traits, config)
+        traits = shaped_traits(config)  # the GPU's own old remaps, as the full simulator adds them
         return [
             remap_series(
                 fault,

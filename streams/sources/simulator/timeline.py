@@ -38,7 +38,7 @@ from streams.sources.simulator.faults import (
 )
 
 if TYPE_CHECKING:
-    from streams.sources.simulator.cluster import ClusterConfig
+    from streams.sources.simulator.config import ClusterConfig
 
 _CHECKPOINT_STREAM = 0xC4E  # seed-sequence key that keeps save draws apart from other streams
 

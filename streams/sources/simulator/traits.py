@@ -3,12 +3,13 @@
 Two independent streams: the first holds what the simulator has always drawn
 (in the same order, so a config's base series do not change when metric
 families are added); the second holds everything the optional families need.
-Faults may reshape traits once before the first round (``Fault.shape_traits``,
+Faults may reshape traits once before the first round (``ShapesTraits``,
 e.g. ``TwoPopulations`` choosing which nodes stage little).
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -16,7 +17,7 @@ import numpy as np
 from streams.sources.simulator.state import NFS_OPERATIONS
 
 if TYPE_CHECKING:
-    from streams.sources.simulator.cluster import ClusterConfig
+    from streams.sources.simulator.config import ClusterConfig
 
 # Seed-sequence keys that keep the simulator's random streams apart.
 BASE_TRAITS_STREAM = 1
@@ -107,3 +108,20 @@ class NodeTraits:
         self.heavy = np.asarray(heavy, dtype=bool)
         self.save_bytes = np.where(self.heavy, cal.save_bytes_heavy, cal.save_bytes_light)
         self.stage_bytes = np.where(self.heavy, cal.stage_bytes_heavy, cal.stage_bytes_light)
+
+
+class ShapesTraits(ABC):
+    """A fault (or condition) that changes the cluster's persistent traits once."""
+
+    @abstractmethod
+    def shape_traits(self, traits: NodeTraits, config: ClusterConfig) -> None:
+        """Reshape ``traits`` before the first round."""
+
+
+def shaped_traits(config: ClusterConfig) -> NodeTraits:
+    """The cluster's traits, as the config's faults shape them (in their order)."""
+    traits = NodeTraits(config)
+    for fault in config.faults:
+        if isinstance(fault, ShapesTraits):
+            fault.shape_traits(traits, config)
+    return traits
