@@ -7,8 +7,9 @@ rebuilds ``cls`` from that, converting each field by its annotation and raising
 from ``data`` takes its default (states saved before the field existed restore).
 
 A field whose compact form differs (numpy arrays as base64, a value only
-finite) says so with ``field(metadata=hook(encode, decode))``; the dataclass's
-own ``__post_init__`` still runs, so invariants live in one place.
+finite) says so with ``field(metadata=hook(encode, decode))`` or
+``field(metadata=check(validate))``; the dataclass's own ``__post_init__`` still
+runs. A state class gets ``to_dict``/``from_dict`` by inheriting :class:`JsonState`.
 
 Hand-rolled rather than pydantic's ``TypeAdapter``: the persisted format must
 stay byte-for-byte what the hand-written ``to_dict``s wrote (pydantic would emit
@@ -24,11 +25,12 @@ import math
 import types
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, TypeVar, Union
+from typing import Any, Literal, Self, TypeVar, Union
 
 T = TypeVar("T")
 
 _HOOK = "state_codec"
+_CHECK = "state_codec_check"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,20 +41,53 @@ class Hook:
     decode: Callable[[Any, str], Any]
 
 
-def hook(encode: Callable[[Any], Any], decode: Callable[[Any, str], Any]) -> dict[str, Hook]:
+def hook(encode: Callable[[Any], Any], decode: Callable[[Any, str], Any]) -> dict[str, Any]:
     """``field(metadata=hook(...))``: this field is encoded/decoded by the given pair."""
     return {_HOOK: Hook(encode, decode)}
 
 
-def finite(data: Any, where: str) -> float:
-    """Decode a float that must be finite (JSON cannot carry NaN/inf safely)."""
-    value = _float(data, where)
-    if not math.isfinite(value):
-        raise ValueError(f"{where} must be finite, got {data!r}")
-    return value
+def check(validate: Callable[[Any, str], None]) -> dict[str, Any]:
+    """``field(metadata=check(f))``: after decoding, ``f(value, where)`` may raise ValueError.
+
+    For what only restored data can get wrong (the step functions keep it true), so
+    it is checked once on restore, not on every construction in ``__post_init__``.
+    """
+    return {_CHECK: validate}
 
 
-FINITE = hook(lambda v: v, finite)
+def _all_finite(value: Any, where: str) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{where} must be finite, got {value!r}")
+    if isinstance(value, (tuple, list)):
+        for item in value:
+            _all_finite(item, where)
+
+
+def _all_finite_non_negative(value: Any, where: str) -> None:
+    _all_finite(value, where)
+    values = value if isinstance(value, (tuple, list)) else (value,)
+    if any(isinstance(v, (int, float)) and v < 0 for v in values):
+        raise ValueError(f"{where} must be >= 0, got {value!r}")
+
+
+FINITE = check(_all_finite)
+"""Every float in the field (also inside tuples) is finite."""
+FINITE_NON_NEGATIVE = check(_all_finite_non_negative)
+"""Every float in the field is finite and >= 0."""
+
+
+class JsonState:
+    """Mixin for a state dataclass: ``to_dict``/``from_dict`` by the codec."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict; :meth:`from_dict` rebuilds an equal state."""
+        data: dict[str, Any] = to_data(self)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
+        """Rebuild from :meth:`to_dict`'s output; ``ValueError`` naming the field if malformed."""
+        return from_data(cls, data)
 
 
 def to_data(value: Any) -> Any:
@@ -86,7 +121,11 @@ def from_data(cls: type[T], data: Any, where: str | None = None) -> T:
         h = f.metadata.get(_HOOK)
         at = f"{where}.{f.name}"
         raw = data[f.name]
-        kwargs[f.name] = h.decode(raw, at) if h is not None else decode(hints[f.name], raw, at)
+        value = h.decode(raw, at) if h is not None else decode(hints[f.name], raw, at)
+        validate = f.metadata.get(_CHECK)
+        if validate is not None:
+            validate(value, at)
+        kwargs[f.name] = value
     try:
         return cls(**kwargs)
     except TypeError as exc:

@@ -67,7 +67,7 @@ a new state and a :class:`ChangeVerdict`. ``to_dict`` is JSON-safe.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, Literal
@@ -75,6 +75,7 @@ from typing import Any, Literal
 import numpy as np
 
 from detectors.arrays import FloatArray
+from detectors.state_codec import FINITE, FINITE_NON_NEGATIVE, JsonState
 
 __all__ = [
     "ChangePointParams",
@@ -164,34 +165,17 @@ class ChangePointParams:
 
 
 @dataclass(frozen=True)
-class Episode:
+class Episode(JsonState):
     """A confirmed drop: ``reference`` and ``noise`` are in log units (centred on the origin)."""
 
     since_bucket: int
     confirmed_bucket: int
-    reference: float
-    noise: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "since_bucket": self.since_bucket,
-            "confirmed_bucket": self.confirmed_bucket,
-            "reference": self.reference,
-            "noise": self.noise,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Episode:
-        return cls(
-            since_bucket=int(data["since_bucket"]),
-            confirmed_bucket=int(data["confirmed_bucket"]),
-            reference=_finite(data["reference"], "reference"),
-            noise=_finite(data["noise"], "noise"),
-        )
+    reference: float = field(metadata=FINITE)
+    noise: float = field(metadata=FINITE)
 
 
 @dataclass(frozen=True)
-class ChangePointState:
+class ChangePointState(JsonState):
     """Detector state of one job.
 
     ``origin``: log throughput of the first bucket (all levels are centred on
@@ -208,14 +192,14 @@ class ChangePointState:
     """
 
     last_bucket: int | None = None
-    origin: float | None = None
-    run_probs: tuple[float, ...] = ()
-    history: tuple[float, ...] = ()
+    origin: float | None = field(default=None, metadata=FINITE)
+    run_probs: tuple[float, ...] = field(default=(), metadata=FINITE_NON_NEGATIVE)
+    history: tuple[float, ...] = field(default=(), metadata=FINITE)
     history_buckets: tuple[int, ...] = ()
     history_dips: tuple[int, ...] = ()
     regime_start: int | None = None
     settled_since: int | None = None
-    baseline: tuple[float, float] | None = None
+    baseline: tuple[float, float] | None = field(default=None, metadata=FINITE)
     episode: Episode | None = None
 
     def __post_init__(self) -> None:
@@ -224,47 +208,6 @@ class ChangePointState:
             raise ValueError("history, history_buckets and history_dips must align")
         if len(self.run_probs) > n:
             raise ValueError("run_probs cannot be longer than the history")
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe dict (every float finite)."""
-        return {
-            "last_bucket": self.last_bucket,
-            "origin": self.origin,
-            "run_probs": list(self.run_probs),
-            "history": list(self.history),
-            "history_buckets": list(self.history_buckets),
-            "history_dips": list(self.history_dips),
-            "regime_start": self.regime_start,
-            "settled_since": self.settled_since,
-            "baseline": None if self.baseline is None else list(self.baseline),
-            "episode": None if self.episode is None else self.episode.to_dict(),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ChangePointState:
-        last = data.get("last_bucket")
-        origin = data.get("origin")
-        regime = data.get("regime_start")
-        settled = data.get("settled_since")
-        baseline = data.get("baseline")
-        episode = data.get("episode")
-        probs = tuple(_finite(p, "run_probs") for p in data.get("run_probs", ()))
-        if any(p < 0 for p in probs):
-            raise ValueError("run_probs must be >= 0")
-        return cls(
-            last_bucket=None if last is None else int(last),
-            origin=None if origin is None else _finite(origin, "origin"),
-            run_probs=probs,
-            history=tuple(_finite(x, "history") for x in data.get("history", ())),
-            history_buckets=tuple(int(b) for b in data.get("history_buckets", ())),
-            history_dips=tuple(int(d) for d in data.get("history_dips", ())),
-            regime_start=None if regime is None else int(regime),
-            settled_since=None if settled is None else int(settled),
-            baseline=None
-            if baseline is None
-            else (_finite(baseline[0], "baseline"), _finite(baseline[1], "baseline")),
-            episode=None if episode is None else Episode.from_dict(episode),
-        )
 
 
 @dataclass(frozen=True)
@@ -664,9 +607,3 @@ def _step_episode(
 def _check_int(name: str, value: object, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-
-
-def _finite(x: Any, name: str) -> float:
-    if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x):
-        raise ValueError(f"{name}: {x!r} is not a finite number")
-    return float(x)

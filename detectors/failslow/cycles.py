@@ -39,13 +39,13 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from detectors.arrays import FloatArray
+from detectors.state_codec import JsonState, check
 
 __all__ = [
     "Cycle",
@@ -133,7 +133,7 @@ class CycleParams:
 
 
 @dataclass(frozen=True)
-class Cycle:
+class Cycle(JsonState):
     """One learned dip schedule.
 
     ``period`` (buckets, fractional), ``anchor`` (first bucket of the latest
@@ -158,61 +158,21 @@ class Cycle:
         half = self.tolerance * math.sqrt(cycles_ahead)
         return centre - half, centre + half + self.dip_buckets - 1
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "period": self.period,
-            "anchor": self.anchor,
-            "dip_buckets": self.dip_buckets,
-            "tolerance": self.tolerance,
-            "strength": self.strength,
-            "repeats": self.repeats,
-        }
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Cycle:
-        return cls(
-            period=float(data["period"]),
-            anchor=int(data["anchor"]),
-            dip_buckets=int(data["dip_buckets"]),
-            tolerance=float(data["tolerance"]),
-            strength=float(data["strength"]),
-            repeats=int(data["repeats"]),
-        )
+def _positive_levels(window: tuple[float, ...], where: str) -> None:
+    if not all(math.isfinite(x) and x > 0 for x in window):
+        raise ValueError("CycleState: level_window holds a non-positive or non-finite value")
 
 
 @dataclass(frozen=True)
-class CycleState:
+class CycleState(JsonState):
     """Learner state of one job: level window, open dip run, recent events, fitted cycles."""
 
     last_bucket: int | None = None
-    level_window: tuple[float, ...] = ()
+    level_window: tuple[float, ...] = field(default=(), metadata=check(_positive_levels))
     dip_start: int | None = None
     events: tuple[DipEvent, ...] = ()
     cycles: tuple[Cycle, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "last_bucket": self.last_bucket,
-            "level_window": list(self.level_window),
-            "dip_start": self.dip_start,
-            "events": [list(e) for e in self.events],
-            "cycles": [c.to_dict() for c in self.cycles],
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> CycleState:
-        last = data.get("last_bucket")
-        dip = data.get("dip_start")
-        window = tuple(float(x) for x in data.get("level_window", ()))
-        if not all(math.isfinite(x) and x > 0 for x in window):
-            raise ValueError("CycleState: level_window holds a non-positive or non-finite value")
-        return cls(
-            last_bucket=None if last is None else int(last),
-            level_window=window,
-            dip_start=None if dip is None else int(dip),
-            events=tuple((int(e[0]), int(e[1])) for e in data.get("events", ())),
-            cycles=tuple(Cycle.from_dict(c) for c in data.get("cycles", ())),
-        )
 
 
 def step_cycles(

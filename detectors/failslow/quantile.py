@@ -22,20 +22,25 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+
+from detectors.state_codec import JsonState, check
 
 __all__ = ["QuantileSketch"]
 
 
+def _increasing_bins(bins: tuple[tuple[int, int], ...], where: str) -> None:
+    if any(c < 1 for _, c in bins) or [k for k, _ in bins] != sorted({k for k, _ in bins}):
+        raise ValueError("QuantileSketch: bins must be strictly increasing with counts >= 1")
+
+
 @dataclass(frozen=True)
-class QuantileSketch:
+class QuantileSketch(JsonState):
     """Frozen sketch: ``add`` returns a new one. ``bins``: sorted (index, count) pairs."""
 
     relative_accuracy: float = 0.005
     max_bins: int = 2048
-    bins: tuple[tuple[int, int], ...] = ()
+    bins: tuple[tuple[int, int], ...] = field(default=(), metadata=check(_increasing_bins))
     count: int = 0
     low: float | None = None
     high: float | None = None
@@ -102,28 +107,3 @@ class QuantileSketch:
                 value = 2.0 * gamma**index / (gamma + 1.0)
                 return min(max(value, self.low), self.high)
         return self.high
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "relative_accuracy": self.relative_accuracy,
-            "max_bins": self.max_bins,
-            "bins": [list(b) for b in self.bins],
-            "count": self.count,
-            "low": self.low,
-            "high": self.high,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> QuantileSketch:
-        bins = tuple((int(k), int(c)) for k, c in data.get("bins", ()))
-        if any(c < 1 for _, c in bins) or [k for k, _ in bins] != sorted({k for k, _ in bins}):
-            raise ValueError("QuantileSketch: bins must be strictly increasing with counts >= 1")
-        low, high = data.get("low"), data.get("high")
-        return cls(
-            relative_accuracy=float(data.get("relative_accuracy", 0.005)),
-            max_bins=int(data.get("max_bins", 2048)),
-            bins=bins,
-            count=int(data.get("count", 0)),
-            low=None if low is None else float(low),
-            high=None if high is None else float(high),
-        )

@@ -35,7 +35,6 @@ State is a frozen :class:`SloState` (JSON-safe ``to_dict``/``from_dict``);
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -43,6 +42,7 @@ from detectors.failslow.localise import Localisation
 from detectors.failslow.mitigation import STAGES, Advice, Stage
 from detectors.failslow.quantile import QuantileSketch
 from detectors.features import DEFAULT_BUCKET_MS
+from detectors.state_codec import JsonState, check
 
 __all__ = ["Incident", "SloParams", "SloState", "SloSummary", "step_slo", "summarise"]
 
@@ -82,7 +82,7 @@ class SloParams:
 
 
 @dataclass(frozen=True)
-class Incident:
+class Incident(JsonState):
     """One slowdown episode. ``end_bucket`` None: still open. ``culprits``: (node, gpu) pairs."""
 
     start_bucket: int
@@ -94,89 +94,32 @@ class Incident:
     loss_gpu_s: float = 0.0
     worst_fraction: float | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "start_bucket": self.start_bucket,
-            "end_bucket": self.end_bucket,
-            "culprits": [list(c) for c in self.culprits],
-            "klass": self.klass,
-            "confidence": self.confidence,
-            "stage": self.stage,
-            "loss_gpu_s": self.loss_gpu_s,
-            "worst_fraction": self.worst_fraction,
-        }
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Incident:
-        end = data.get("end_bucket")
-        worst = data.get("worst_fraction")
-        stage = _stage(data.get("stage", "S1"))
-        return cls(
-            start_bucket=int(data["start_bucket"]),
-            end_bucket=None if end is None else int(end),
-            culprits=tuple(
-                (str(c[0]), None if c[1] is None else str(c[1])) for c in data.get("culprits", ())
-            ),
-            klass=str(data.get("klass", "unknown")),
-            confidence=float(data.get("confidence", 0.0)),
-            stage=stage,
-            loss_gpu_s=float(data.get("loss_gpu_s", 0.0)),
-            worst_fraction=None if worst is None else float(worst),
-        )
+def _total(value: float, where: str) -> None:
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError("SloState: totals must be finite and >= 0")
+
+
+_TOTAL = check(_total)
 
 
 @dataclass(frozen=True)
-class SloState:
+class SloState(JsonState):
     """Running totals of one job (seconds and GPU-seconds), the two sketches, the incidents."""
 
     last_bucket: int | None = None
-    allocated_gpu_s: float = 0.0
-    judged_s: float = 0.0
-    unjudged_s: float = 0.0
-    below_s: float = 0.0
-    below_in_dips_s: float = 0.0
-    in_band_gpu_s: float = 0.0
-    lost_gpu_s: float = 0.0
-    waiting_gpu_s: float = 0.0
+    allocated_gpu_s: float = field(default=0.0, metadata=_TOTAL)
+    judged_s: float = field(default=0.0, metadata=_TOTAL)
+    unjudged_s: float = field(default=0.0, metadata=_TOTAL)
+    below_s: float = field(default=0.0, metadata=_TOTAL)
+    below_in_dips_s: float = field(default=0.0, metadata=_TOTAL)
+    in_band_gpu_s: float = field(default=0.0, metadata=_TOTAL)
+    lost_gpu_s: float = field(default=0.0, metadata=_TOTAL)
+    waiting_gpu_s: float = field(default=0.0, metadata=_TOTAL)
     observed: QuantileSketch = field(default_factory=QuantileSketch)
     healthy: QuantileSketch = field(default_factory=QuantileSketch)
     incidents: tuple[Incident, ...] = ()
     incident_count: int = 0
-
-    _TOTALS = (
-        "allocated_gpu_s",
-        "judged_s",
-        "unjudged_s",
-        "below_s",
-        "below_in_dips_s",
-        "in_band_gpu_s",
-        "lost_gpu_s",
-        "waiting_gpu_s",
-    )
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"last_bucket": self.last_bucket}
-        out.update({name: getattr(self, name) for name in self._TOTALS})
-        out["observed"] = self.observed.to_dict()
-        out["healthy"] = self.healthy.to_dict()
-        out["incidents"] = [i.to_dict() for i in self.incidents]
-        out["incident_count"] = self.incident_count
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> SloState:
-        totals = {name: float(data.get(name, 0.0)) for name in cls._TOTALS}
-        if not all(math.isfinite(v) and v >= 0 for v in totals.values()):
-            raise ValueError("SloState: totals must be finite and >= 0")
-        last = data.get("last_bucket")
-        return cls(
-            last_bucket=None if last is None else int(last),
-            observed=QuantileSketch.from_dict(data.get("observed", {})),
-            healthy=QuantileSketch.from_dict(data.get("healthy", {})),
-            incidents=tuple(Incident.from_dict(i) for i in data.get("incidents", ())),
-            incident_count=int(data.get("incident_count", 0)),
-            **totals,
-        )
 
 
 @dataclass(frozen=True)
@@ -293,13 +236,6 @@ def summarise(state: SloState, params: SloParams) -> SloSummary:
         incidents=state.incidents,
         incident_count=state.incident_count,
     )
-
-
-def _stage(value: object) -> Stage:
-    for stage in STAGES:
-        if value == stage:
-            return stage
-    raise ValueError(f"unknown stage {value!r}; known: {', '.join(STAGES)}")
 
 
 def _baseline(state: SloState, params: SloParams) -> float | None:
