@@ -1,5 +1,8 @@
 # syntax=docker/dockerfile:1
-# Build a wheel in one stage, install it into a slim runtime as a non-root user.
+# Build wheels in one stage, install them into a slim runtime as a non-root user.
+# The default target is the service (ingest, worker, xid-log): streams/lab (simulator,
+# evaluation, demo, launchers) is left out of its wheel. `--target lab` adds the lab
+# (the compose stack's simulator uses it).
 FROM python:3.11-slim AS build
 # The compiled remote_write decoder (native/) needs Rust and a C linker, in this stage only.
 COPY --from=rust:1-slim /usr/local/cargo /usr/local/cargo
@@ -12,9 +15,11 @@ COPY pyproject.toml README.md ./
 COPY streams ./streams
 COPY detectors ./detectors
 COPY native ./native
-RUN pip wheel --no-cache-dir --wheel-dir /wheels . ./native
+RUN cp -r /src /service && rm -rf /service/streams/lab \
+    && pip wheel --no-cache-dir --wheel-dir /wheels /service ./native \
+    && pip wheel --no-cache-dir --no-deps --wheel-dir /lab-wheels .
 
-FROM python:3.11-slim
+FROM python:3.11-slim AS runtime
 RUN useradd --system --uid 10001 --home-dir /var/lib/peerwatch --create-home peerwatch
 COPY --from=build /wheels /wheels
 # rocksdb:// (the Kubernetes manifests' store) needs rocksdict's binary wheel to load
@@ -29,3 +34,13 @@ ENV PEERWATCH_DATADIR=/var/lib/peerwatch/data \
 EXPOSE 9201 6066
 ENTRYPOINT ["peerwatch"]
 CMD ["--help"]
+
+# the service with the lab beside it: peerwatch simulate / evaluate / demo
+FROM runtime AS lab
+COPY --from=build /lab-wheels /lab-wheels
+USER root
+RUN pip install --no-cache-dir --no-deps --force-reinstall /lab-wheels/*.whl && rm -rf /lab-wheels
+USER peerwatch
+
+# the default target: the service alone
+FROM runtime AS service

@@ -33,13 +33,13 @@ from bench.baseline_frames import BaselineFrameBuilder
 from bench.ingest_bench import make_builder
 from detectors.features import FeatureSpec
 from streams.catalog import DEFAULT_FEATURES
-from streams.evaluation.runner import evaluation_settings
 from streams.frames import Frame
 from streams.ingest.builder import FrameBuilder
 from streams.ingest.remote_write import STALE_NAN
 from streams.ingest.series import Series
-from streams.sources.simulator.run import generate
-from streams.sources.simulator.scenarios import get_scenario
+from streams.lab.evaluation.runner import evaluation_settings
+from streams.lab.simulator.run import generate
+from streams.lab.simulator.scenarios import get_scenario
 
 T0 = 1_700_000_010_000 // 30_000 * 30_000
 NFS = (

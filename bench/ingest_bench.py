@@ -46,7 +46,6 @@ from typing import Any
 import cramjam
 
 from bench.baseline_frames import BaselineFrameBuilder
-from streams.evaluation.runner import evaluation_settings
 from streams.frames import Frame
 from streams.ingest.builder import FrameBuilder
 from streams.ingest.remote_write import (
@@ -56,10 +55,11 @@ from streams.ingest.remote_write import (
     encode_write_request,
 )
 from streams.ingest.series import Series
+from streams.lab.evaluation.runner import evaluation_settings
+from streams.lab.simulator.cluster import ClusterSimulator
+from streams.lab.simulator.run import MAX_SAMPLES_PER_SEND, split_samples
+from streams.lab.simulator.scenarios import get_scenario
 from streams.settings import Settings
-from streams.sources.simulator.cluster import ClusterSimulator
-from streams.sources.simulator.run import MAX_SAMPLES_PER_SEND, split_samples
-from streams.sources.simulator.scenarios import get_scenario
 
 TARGET_SAMPLES_PER_S = 350_000
 

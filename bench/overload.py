@@ -62,8 +62,14 @@ from bench.ingest_bench import simulate
 from bench.procmem import growth_mib, rss_mib
 from streams.ingest.remote_write import encode_write_request
 from streams.ingest.series import Series
-from streams.services import EmbeddedBroker, KafkaKRaft, PeerwatchProcess, free_port, peerwatch_env
-from streams.sources.simulator.run import MAX_SAMPLES_PER_SEND
+from streams.lab.launchers import (
+    EmbeddedBroker,
+    KafkaKRaft,
+    PeerwatchProcess,
+    free_port,
+    peerwatch_env,
+)
+from streams.lab.simulator.run import MAX_SAMPLES_PER_SEND
 
 HEADERS = {
     "Content-Type": "application/x-protobuf",

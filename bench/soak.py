@@ -2,7 +2,7 @@
 
     python -m bench.soak --minutes 30 [--groups 6] [--nodes 12] [--rounds-per-s 1] [--json F]
 
-Runs ``streams.chaos`` (the simulator over remote_write into ``peerwatch ingest``
+Runs ``streams.lab.chaos`` (the simulator over remote_write into ``peerwatch ingest``
 with its write-ahead log, Apache Kafka, two ``peerwatch worker``s, Alertmanager
 behind the stalling proxy) for ``--minutes`` of streaming at a fixed pace. The
 faults cycle through ``FAULT_CYCLE``, spread evenly from 10 % to 75 % of the run,
@@ -40,9 +40,9 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from bench.procmem import growth_mib, rss_mib
-from streams.chaos.faults import KINDS, Fault
-from streams.chaos.run import ChaosPlan, Lab, run_chaos
-from streams.chaos.tally import ChaosReport
+from streams.lab.chaos.faults import KINDS, Fault
+from streams.lab.chaos.run import ChaosPlan, Lab, run_chaos
+from streams.lab.chaos.tally import ChaosReport
 
 FAULT_CYCLE = ("kill-worker", "am-stall", "kill-ingest", "restart-broker", "am-outage")
 LASTING_S = {"am-stall": 30.0, "am-outage": 120.0}  # at most half the gap to the next fault

@@ -57,10 +57,10 @@ from faust.serializers import codecs
 
 from streams import catalog as feature_catalog
 from streams.frames import Frame, decode_frame, encode_frame
+from streams.lab.simulator.cluster import ClusterSimulator
+from streams.lab.simulator.scenarios import get_scenario
 from streams.offline import build_pair
 from streams.pipeline import Pipeline
-from streams.sources.simulator.cluster import ClusterSimulator
-from streams.sources.simulator.scenarios import get_scenario
 
 TARGET_FLEET_S = 5.0  # seconds of one core per 30-s bucket for the whole fleet
 TARGET_BYTES_PER_NODE = 100_000

@@ -59,6 +59,19 @@ def main(ctx: click.Context, config: Path | None, log_level: str) -> None:
     ctx.obj = {"config": config, "log_level": log_level}
 
 
+def _needs_the_lab(command: str) -> None:
+    """The lab's commands (demo, simulate, evaluate, chaos) need ``streams.lab``, which the
+    service image leaves out: say so instead of a ModuleNotFoundError traceback."""
+    import importlib.util
+
+    if importlib.util.find_spec("streams.lab") is None:
+        raise click.ClickException(
+            f"peerwatch {command} is lab tooling (streams/lab: simulator, evaluation, demo), "
+            "which this install of the service leaves out; run it from a checkout of the "
+            "repository (pip install -e .)"
+        )
+
+
 @main.command()
 @click.option("--kafka", help="Kafka URL, e.g. kafka://127.0.0.1:9092 (env PEERWATCH_KAFKA).")
 @click.option("--host", "ingest_host", help="Listen address.")
@@ -119,12 +132,13 @@ def demo(
     alertmanager_url: str | None,
 ) -> None:
     """Run broker, ingest, worker and a simulated 60-node job with one fault; show alerts."""
+    _needs_the_lab("demo")
     import asyncio
 
     from rich.console import Console
 
-    from streams.demo import run_demo
-    from streams.services import ServiceError
+    from streams.lab.demo import run_demo
+    from streams.lab.launchers import ServiceError
 
     kafka = kafka or os.environ.get("PEERWATCH_KAFKA")
     console = Console()
@@ -209,11 +223,12 @@ def simulate(
     replicas: str,
 ) -> None:
     """Send a simulated cluster to a remote_write receiver (ends in the present)."""
+    _needs_the_lab("simulate")
     import asyncio
     import time
 
     from detectors.features import DEFAULT_BUCKET_MS
-    from streams.sources.simulator import (
+    from streams.lab.simulator import (
         ClusterConfig,
         NvlinkBusFault,
         ground_truth,
@@ -303,13 +318,14 @@ def evaluate(
     """Run labelled scenarios through the detectors and print recall, lead time vs XID,
     false pages per group-day (critical, node warnings, group alerts) and culprit
     accuracy against their targets. Each scenario runs with its own worker settings."""
+    _needs_the_lab("evaluate")
     import json
     import time
 
-    from streams.evaluation import build_report, render_markdown, render_text, summarize
-    from streams.evaluation.runner import run_suite
+    from streams.lab.evaluation import build_report, render_markdown, render_text, summarize
+    from streams.lab.evaluation.runner import run_suite
+    from streams.lab.simulator import scenarios as library
     from streams.progress import progress
-    from streams.sources.simulator import scenarios as library
 
     try:
         chosen = (
@@ -362,7 +378,7 @@ def evaluate(
     else:
         click.echo(render_text(report))
     if plot:
-        from streams.evaluation.plot import plot_score_heatmap, score_matrix
+        from streams.lab.evaluation.plot import plot_score_heatmap, score_matrix
 
         first = results[0]
         scenario = library.get_scenario(first.scenario)
@@ -414,13 +430,14 @@ def chaos(
 ) -> None:
     """Stream simulated jobs through real Kafka, Alertmanager, ingest and workers while
     killing and stalling them; report samples, buckets and alerts lost or doubled."""
+    _needs_the_lab("chaos")
     import asyncio
     import json
     import tempfile
 
-    from streams.chaos.faults import parse_faults
-    from streams.chaos.run import DEFAULT_FAULTS, ChaosPlan, run_chaos
-    from streams.services import ServiceError
+    from streams.lab.chaos.faults import parse_faults
+    from streams.lab.chaos.run import DEFAULT_FAULTS, ChaosPlan, run_chaos
+    from streams.lab.launchers import ServiceError
 
     try:
         plan = ChaosPlan(

@@ -1,1 +1,2 @@
-"""Where samples come from besides live exporters: the simulator, history exports."""
+"""Where data comes from besides remote_write: kernel log lines (``peerwatch xid-log``),
+and history exports for replays."""

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import pytest
 import yaml
 
-from streams.services import (
+from streams.lab.launchers import (
     Alertmanager,
     AlertmanagerWeb,
     EmbeddedBroker,

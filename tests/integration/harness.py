@@ -22,7 +22,7 @@ import pytest
 import yaml
 from aiokafka import AIOKafkaConsumer
 
-from streams.services import PeerwatchProcess, Prometheus, free_port, peerwatch_env
+from streams.lab.launchers import PeerwatchProcess, Prometheus, free_port, peerwatch_env
 from tests.integration.conftest import start_or_fail
 
 T = TypeVar("T")

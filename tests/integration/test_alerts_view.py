@@ -19,8 +19,8 @@ import uuid
 
 from aiokafka import AIOKafkaProducer
 
+from streams.lab.launchers import free_port
 from streams.records import AlertRecord
-from streams.services import free_port
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 BUCKET_TS = 1_764_590_400_000  # 2025-12-01 12:00:00 UTC

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from streams.chaos.faults import parse_faults
-from streams.chaos.run import ChaosPlan, run_chaos
+from streams.lab.chaos.faults import parse_faults
+from streams.lab.chaos.run import ChaosPlan, run_chaos
 
 
 async def test_a_worker_kill_and_an_alertmanager_outage_lose_nothing(

@@ -36,7 +36,12 @@ def test_every_service_can_be_built_or_pulled(services: dict[str, dict[str, Any]
     for name, service in services.items():
         assert "image" in service, name
         if "build" in service:
-            assert (COMPOSE / service["build"] / "Dockerfile").is_file()
+            build = service["build"]
+            context = build if isinstance(build, str) else build["context"]
+            dockerfile = COMPOSE / context / "Dockerfile"
+            assert dockerfile.is_file()
+            if isinstance(build, dict) and "target" in build:
+                assert f" AS {build['target']}\n" in dockerfile.read_text(), name
         elif service["image"] not in built:
             assert ":" in service["image"], f"{name}: pin the image tag"
 

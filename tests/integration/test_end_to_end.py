@@ -15,9 +15,9 @@ import asyncio
 import time
 from pathlib import Path
 
+from streams.lab.simulator import ClusterConfig, NvlinkBusFault, generate, replay
 from streams.offline import run_offline
 from streams.settings import Settings
-from streams.sources.simulator import ClusterConfig, NvlinkBusFault, generate, replay
 from tests.integration.harness import (
     Deployment,
     alerts_in_alertmanager,

@@ -22,9 +22,9 @@ import httpx
 import pytest
 import yaml
 
-from streams.services import Prometheus
-from streams.sources.simulator import ALL_FAMILIES, ClusterConfig, replay
-from streams.sources.simulator.remap import UncorrectableRemap
+from streams.lab.launchers import Prometheus
+from streams.lab.simulator import ALL_FAMILIES, ClusterConfig, replay
+from streams.lab.simulator.remap import UncorrectableRemap
 from tests import grafana_dashboard as gd
 from tests.integration.harness import Deployment, prometheus_running, wait_for
 

@@ -13,7 +13,7 @@ import httpx
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment as MemberAssignment
 
-from streams.services import KafkaKRaft, PeerwatchProcess, free_port
+from streams.lab.launchers import KafkaKRaft, PeerwatchProcess, free_port
 from tests.integration.harness import Deployment
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 
 from streams.ingest.remote_write import encode_write_request
-from streams.services import KafkaKRaft, PeerwatchProcess, free_port, peerwatch_env
+from streams.lab.launchers import KafkaKRaft, PeerwatchProcess, free_port, peerwatch_env
 from tests.integration.conftest import start_or_fail
 from tests.integration.harness import read_topic, wait_for
 from tests.integration.test_ingest_http import PROMETHEUS_HEADERS, B, node_series

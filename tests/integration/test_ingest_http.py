@@ -28,7 +28,7 @@ from streams.ingest.remote_write import MetricMetadata, WriteRequest, encode_wri
 from streams.ingest.security import server_ssl_context
 from streams.ingest.series import Series
 from streams.ingest.server import Ingest, build_ingest
-from streams.services import free_port
+from streams.lab.launchers import free_port
 from streams.settings import Settings
 from tests.integration.harness import client_context, make_tls_files
 

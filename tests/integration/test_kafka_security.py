@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from streams.kafka import KafkaLoginError, raise_if_login_refused
-from streams.services import KafkaKRaft, PeerwatchProcess, free_port
+from streams.lab.launchers import KafkaKRaft, PeerwatchProcess, free_port
 from streams.settings import Settings
 from tests.integration.conftest import start_or_fail
 from tests.integration.harness import Deployment, TlsFiles, make_tls_files, read_topic, wait_for

@@ -22,7 +22,7 @@ from detectors.fusion import Signal
 from detectors.gpu_health import GpuHealthParams, GpuHealthState, step_gpu_health
 from streams.alerting import AlertLinks, to_payload
 from streams.catalog import load_xid_catalog
-from streams.services import Alertmanager, free_port
+from streams.lab.launchers import Alertmanager, free_port
 from streams.sinks.alertmanager import AlertmanagerSink
 from tests.integration.conftest import start_or_fail
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from streams.services import free_port
+from streams.lab.launchers import free_port
 from streams.sinks.alertmanager import AlertmanagerSink
 from streams.sinks.outbox import alert_key, open_outbox
 from tests.integration.test_alertmanager_sink import (

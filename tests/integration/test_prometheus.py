@@ -20,7 +20,7 @@ import yaml
 from aiokafka import AIOKafkaConsumer
 
 from streams.deploy_config import WriterAuth, catalog_metric_names, remote_write_config
-from streams.services import NodeExporter, Prometheus
+from streams.lab.launchers import NodeExporter, Prometheus
 from tests.integration.conftest import start_or_fail
 from tests.integration.harness import (
     Deployment,

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from streams.services import PeerwatchProcess, free_port, repo_root
+from streams.lab.launchers import PeerwatchProcess, free_port, repo_root
 from streams.settings import Settings, secret_setting_names
 from streams.sinks.outbox import Outbox, alert_key
 from tests.integration.conftest import SecuredAlertmanager

@@ -17,7 +17,7 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 
-from streams.services import free_port
+from streams.lab.launchers import free_port
 from streams.settings import Settings
 from streams.sinks.alertmanager import AlertmanagerSink
 from streams.sinks.credentials import access_for

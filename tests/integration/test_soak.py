@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.soak import soak, sprinkled_faults
-from streams.chaos.run import ChaosPlan
+from streams.lab.chaos.run import ChaosPlan
 
 
 async def test_a_short_soak_reports_memory_lag_and_the_chaos_tally(

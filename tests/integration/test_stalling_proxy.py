@@ -1,4 +1,4 @@
-"""streams.chaos.proxy.StallingProxy: forwards, holds everything while stalled, then delivers."""
+"""streams.lab.chaos.proxy.StallingProxy: forwards, holds all while stalled, then delivers."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from streams.chaos.proxy import StallingProxy
-from streams.services import LOOPBACK
+from streams.lab.chaos.proxy import StallingProxy
+from streams.lab.launchers import LOOPBACK
 
 
 async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

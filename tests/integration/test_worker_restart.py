@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.sources.simulator import replay
+from streams.lab.simulator import replay
 from tests.integration.harness import Deployment, alerts_in_alertmanager, read_topic, wait_for
 from tests.integration.test_end_to_end import BUCKET_MS, VICTIM, scenario
 

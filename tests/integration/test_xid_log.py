@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from streams.lab.simulator import ClusterConfig, replay
 from streams.settings import Settings
-from streams.sources.simulator import ClusterConfig, replay
 from streams.sources.xid_log import ship_xid_lines
 from tests.integration.harness import Deployment, alerts_in_alertmanager, read_topic, wait_for
 

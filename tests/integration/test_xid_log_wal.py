@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from streams.services import EmbeddedBroker, free_port
+from streams.lab.launchers import EmbeddedBroker, free_port
 from tests.integration.harness import read_topic, wait_for
 
 FIRST = "[ 8100.000001] NVRM: Xid (PCI:0000:3b:00): 13, pid=2231, name=python, Graphics Exception"

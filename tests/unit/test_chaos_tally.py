@@ -1,4 +1,4 @@
-"""streams.chaos: the fault schedule syntax and the counting of lost and doubled work."""
+"""streams.lab.chaos: the fault schedule syntax and the counting of lost and doubled work."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import logging
 
 import pytest
 
-from streams.chaos.faults import Fault, parse_faults
-from streams.chaos.tally import Samples as SampleCounts
-from streams.chaos.tally import decision_times, identity, scored_buckets, tally
+from streams.lab.chaos.faults import Fault, parse_faults
+from streams.lab.chaos.tally import Samples as SampleCounts
+from streams.lab.chaos.tally import decision_times, identity, scored_buckets, tally
 from streams.logs import log_formatter
 
 B = 30_000

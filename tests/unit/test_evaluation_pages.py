@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from detectors.alerts import GROUP_DEGRADED, NODE_COLLAPSE, NODE_DEVIATION, AlertChange
-from streams.evaluation.aggregate import summarize
-from streams.evaluation.alerts import AlertEvent, alert_episodes
-from streams.evaluation.report import build_report, render_text
-from streams.evaluation.scoring import score_run
-from streams.sources.simulator.faults import GroundTruth
+from streams.lab.evaluation.aggregate import summarize
+from streams.lab.evaluation.alerts import AlertEvent, alert_episodes
+from streams.lab.evaluation.report import build_report, render_text
+from streams.lab.evaluation.scoring import score_run
+from streams.lab.simulator.faults import GroundTruth
 
 B = 30_000
 DAY = 86_400_000

@@ -1,4 +1,4 @@
-"""streams.evaluation.plot: the score matrix grid and the heatmap PNG."""
+"""streams.lab.evaluation.plot: the score matrix grid and the heatmap PNG."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from detectors.alerts import NODE_COLLAPSE
-from streams.evaluation.alerts import AlertEvent
-from streams.evaluation.plot import _max_pool, plot_score_heatmap, score_matrix
-from streams.sources.simulator.faults import CHECKPOINT_SAVE, GroundTruth
+from streams.lab.evaluation.alerts import AlertEvent
+from streams.lab.evaluation.plot import _max_pool, plot_score_heatmap, score_matrix
+from streams.lab.simulator.faults import CHECKPOINT_SAVE, GroundTruth
 
 B = 30_000
 T0 = 1_700_000_010_000 - 1_700_000_010_000 % B

@@ -1,4 +1,4 @@
-"""streams.evaluation.report: documented JSON keys, PASS / MISS / N/A, the rendered tables."""
+"""streams.lab.evaluation.report: documented JSON keys, PASS / MISS / N/A, the rendered tables."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import json
 import pytest
 
 from detectors.alerts import NODE_COLLAPSE, NODE_DEVIATION
-from streams.evaluation.aggregate import Summary, summarize
-from streams.evaluation.alerts import AlertEvent
-from streams.evaluation.report import (
+from streams.lab.evaluation.aggregate import Summary, summarize
+from streams.lab.evaluation.alerts import AlertEvent
+from streams.lab.evaluation.report import (
     BLOCK_KEYS,
     REPORT_KEYS,
     SCHEMA,
@@ -21,8 +21,8 @@ from streams.evaluation.report import (
     render_markdown,
     render_text,
 )
-from streams.evaluation.scoring import score_run
-from streams.sources.simulator.faults import CHECKPOINT_SAVE, GroundTruth
+from streams.lab.evaluation.scoring import score_run
+from streams.lab.simulator.faults import CHECKPOINT_SAVE, GroundTruth
 
 B = 30_000
 DAY = 86_400_000

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from streams.evaluation.runner import run_suite
+from streams.lab.evaluation.runner import run_suite
 from streams.progress import progress
 
 SMALL = ["gpu-slow-16", "nvlink-bus-fault-16"]  # the two 16-node scenarios: seconds each

@@ -1,4 +1,4 @@
-"""streams.evaluation.scoring / aggregate: hand-built alerts against hand-built ground truth."""
+"""streams.lab.evaluation.scoring / aggregate: hand-built alerts against hand-built ground truth."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from detectors.alerts import (
     AlertChange,
 )
 from detectors.fusion import Signal
-from streams.evaluation.aggregate import percentile, summarize
-from streams.evaluation.alerts import AlertEvent, alert_episodes
-from streams.evaluation.scoring import ScoringWindows, score_run
-from streams.sources.simulator.faults import CHECKPOINT_SAVE, SPARE_JOINED, GroundTruth
+from streams.lab.evaluation.aggregate import percentile, summarize
+from streams.lab.evaluation.alerts import AlertEvent, alert_episodes
+from streams.lab.evaluation.scoring import ScoringWindows, score_run
+from streams.lab.simulator.faults import CHECKPOINT_SAVE, SPARE_JOINED, GroundTruth
 
 B = 30_000
 HOUR = 3_600_000

@@ -34,13 +34,13 @@ from detectors.failslow.monitor import FailSlowVerdict
 from detectors.failslow.slo import SloSummary
 from detectors.fusion import Signal
 from streams.alerting import to_payload, to_record
+from streams.lab.simulator.config import ClusterConfig
+from streams.lab.simulator.run import generate
+from streams.lab.simulator.scenarios import REPORTING_SEEDS, get_scenario
 from streams.metrics import WorkerMetrics
 from streams.offline import build_pair, run_offline
 from streams.pipeline import Pipeline
 from streams.settings import Settings
-from streams.sources.simulator.config import ClusterConfig
-from streams.sources.simulator.run import generate
-from streams.sources.simulator.scenarios import REPORTING_SEEDS, get_scenario
 
 SEED = REPORTING_SEEDS[0]
 SETTINGS = Settings(group_labels=["train_job"])

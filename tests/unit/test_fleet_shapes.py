@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 import numpy as np
 import pytest
 
-from streams.sources.simulator import (
+from streams.lab.simulator import (
     DEFAULT_START_MS,
     ClusterConfig,
     ClusterSimulator,
@@ -17,7 +17,7 @@ from streams.sources.simulator import (
     PlannedRestart,
     generate,
 )
-from streams.sources.simulator.fleet import hashed_offset_ms
+from streams.lab.simulator.fleet import hashed_offset_ms
 
 S = DEFAULT_START_MS
 I = 30_000  # noqa: E741 - the scrape interval

@@ -91,9 +91,34 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_graph_sees_the_imports() -> None:
     graph = import_graph()
     assert "streams.frames" in graph["streams.windows"]
-    assert "streams.sources.simulator.config" in graph["streams.sources.simulator.traits"]
+    assert "streams.lab.simulator.config" in graph["streams.lab.simulator.traits"]
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
 def test_streams_and_detectors_have_no_import_cycle() -> None:
     assert cycles(import_graph()) == []
+
+
+def _imports_anywhere(path: Path) -> set[str]:
+    """Every module a file names in an import, at any depth (functions too)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+    return names
+
+
+def test_the_service_does_not_import_the_lab() -> None:
+    """The live service (detectors/, streams/ outside streams.lab) runs without the lab,
+    as in the service image; only the CLI's lab commands load it, inside themselves."""
+    offenders = {
+        name: sorted(n for n in _imports_anywhere(path) if n.startswith("streams.lab"))
+        for name, path in modules().items()
+        if not name.startswith("streams.lab")
+    }
+    offenders = {k: v for k, v in offenders.items() if v}
+    assert set(offenders) <= {"streams.cli"}, offenders
+    graph = import_graph()  # and the CLI only inside its lab commands
+    assert not any(t.startswith("streams.lab") for t in graph["streams.cli"])

@@ -11,12 +11,12 @@ from prometheus_client import generate_latest
 from detectors.alerts import AlertChange
 from detectors.fusion import NodeVerdict
 from detectors.gpu_health import XID_ALERT
+from streams.lab.simulator.config import ClusterConfig
+from streams.lab.simulator.remap import UncorrectableRemap
+from streams.lab.simulator.run import generate
 from streams.metrics import WorkerMetrics, remapped_rows
 from streams.offline import score_rounds
 from streams.settings import Settings
-from streams.sources.simulator.config import ClusterConfig
-from streams.sources.simulator.remap import UncorrectableRemap
-from streams.sources.simulator.run import generate
 
 MINUTE = 60_000
 

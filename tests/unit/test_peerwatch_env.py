@@ -1,4 +1,4 @@
-"""streams.services.peerwatch_env: the environment every launcher gives a peerwatch child."""
+"""streams.lab.launchers.peerwatch_env: the environment every launcher gives a peerwatch child."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.services import peerwatch_env
+from streams.lab.launchers import peerwatch_env
 
 SHOW = (
     "import json; from streams.settings import load_settings; s = load_settings(); "

@@ -23,14 +23,14 @@ from detectors.alerts import (
 from detectors.gpu_health import XID_ALERT
 from detectors.phase import PHASES
 from streams.alerting import alert_annotations, alert_labels
+from streams.lab.simulator.calibration import Calibration
+from streams.lab.simulator.conditions import PlannedRestart
+from streams.lab.simulator.config import METRIC_FAMILIES, ClusterConfig
+from streams.lab.simulator.faults import CHECKPOINT_SAVE, NvlinkBusFault
+from streams.lab.simulator.run import generate, ground_truth
 from streams.metrics import WorkerMetrics
 from streams.offline import run_offline, score_rounds
 from streams.settings import Settings
-from streams.sources.simulator.calibration import Calibration
-from streams.sources.simulator.conditions import PlannedRestart
-from streams.sources.simulator.config import METRIC_FAMILIES, ClusterConfig
-from streams.sources.simulator.faults import CHECKPOINT_SAVE, NvlinkBusFault
-from streams.sources.simulator.run import generate, ground_truth
 
 SETTINGS = Settings(group_labels=["train_job"])
 MINUTE = 60_000

@@ -16,11 +16,11 @@ from detectors.population import (
     step_populations,
 )
 from streams.catalog import DEFAULT_FEATURES
+from streams.lab.simulator.config import DEFAULT_START_MS, ClusterConfig
+from streams.lab.simulator.faults import NvlinkBusFault
+from streams.lab.simulator.run import generate
 from streams.offline import run_offline, score_rounds
 from streams.settings import Settings
-from streams.sources.simulator.config import DEFAULT_START_MS, ClusterConfig
-from streams.sources.simulator.faults import NvlinkBusFault
-from streams.sources.simulator.run import generate
 
 BUSY = {"gpu_util": 99.0}
 IDLE = {"gpu_util": 0.0}

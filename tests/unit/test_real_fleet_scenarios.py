@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from streams.sources.simulator.real_fleet import FLEET_FAMILIES, QUIET_FLEET_DAYS
-from streams.sources.simulator.scenarios import (
+from streams.lab.simulator.real_fleet import FLEET_FAMILIES, QUIET_FLEET_DAYS
+from streams.lab.simulator.scenarios import (
     REPORTING_SEEDS,
     SCENARIOS,
     TUNING_SEEDS,

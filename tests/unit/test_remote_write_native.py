@@ -21,7 +21,7 @@ from streams.ingest.remote_write import (
     encode_write_request,
 )
 from streams.ingest.series import Series
-from streams.sources.simulator.run import MAX_SAMPLES_PER_SEND, split_samples
+from streams.lab.simulator.run import MAX_SAMPLES_PER_SEND, split_samples
 from tests.unit.test_remote_write import comparable, field, series_strategy, varint
 
 T0 = 1_700_000_000_000
@@ -64,8 +64,8 @@ def body_of(raw: bytes) -> bytes:
 
 def fleet_bodies() -> list[bytes]:
     """A scrape round of the simulated cluster, as the simulator's remote_write sends it."""
-    from streams.sources.simulator.cluster import ClusterSimulator
-    from streams.sources.simulator.scenarios import get_scenario
+    from streams.lab.simulator.cluster import ClusterSimulator
+    from streams.lab.simulator.scenarios import get_scenario
 
     config = get_scenario("gpu-slow").config_for(3)
     series = ClusterSimulator(config).scrape(config.start_ms)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from streams.ingest.series import Series
-from streams.sources.simulator import (
+from streams.lab.simulator import (
     ALL_FAMILIES,
     DEFAULT_START_MS,
     ClusterConfig,
@@ -37,8 +37,8 @@ from streams.sources.simulator import (
     ground_truth,
     remap_series,
 )
-from streams.sources.simulator.real_fleet import FLEET_FAMILIES
-from streams.sources.simulator.scenarios import (
+from streams.lab.simulator.real_fleet import FLEET_FAMILIES
+from streams.lab.simulator.scenarios import (
     DEFAULT_SEEDS,
     FAULT_MIX,
     REPORTING_SEEDS,

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from streams.ingest.remote_write import decode_write_request, is_stale_marker
 from streams.ingest.series import Series
-from streams.sources.simulator import (
+from streams.lab.simulator import (
     ALL_FAMILIES,
     DEFAULT_START_MS,
     ClusterConfig,
@@ -40,7 +40,7 @@ from streams.sources.simulator import (
     replay,
     write_ground_truth,
 )
-from streams.sources.simulator.run import REMOTE_WRITE_HEADERS, split_samples
+from streams.lab.simulator.run import REMOTE_WRITE_HEADERS, split_samples
 
 S = DEFAULT_START_MS
 I = 30_000  # noqa: E741 - the scrape interval, used in every time expression below

@@ -13,10 +13,10 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from streams.lab.simulator.run import generate
+from streams.lab.simulator.scenarios import REPORTING_SEEDS, get_scenario
 from streams.offline import build_pair
 from streams.settings import Settings
-from streams.sources.simulator.run import generate
-from streams.sources.simulator.scenarios import REPORTING_SEEDS, get_scenario
 
 HERE = Path(__file__).parent
 SETTINGS = Settings(group_labels=["train_job"])

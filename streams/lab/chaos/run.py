@@ -6,7 +6,7 @@ restarted), Alertmanager behind a ``StallingProxy``, ``peerwatch ingest`` and
 own. A few simulated jobs (one peer group each, an NVLink + bus fault in
 each) stream over remote_write at a fixed pace while the schedule's faults
 hit; afterwards the workers get time to catch up and re-send, and
-``streams.chaos.tally`` compares what they did with what the same samples give
+``streams.lab.chaos.tally`` compares what they did with what the same samples give
 in-process.
 """
 
@@ -31,9 +31,10 @@ from aiokafka import AIOKafkaConsumer
 
 from detectors.features import DEFAULT_BUCKET_MS
 from streams.alerting import alert_labels
-from streams.chaos.faults import Fault, parse_faults
-from streams.chaos.proxy import StallingProxy
-from streams.chaos.tally import (
+from streams.ingest.series import Series
+from streams.lab.chaos.faults import Fault, parse_faults
+from streams.lab.chaos.proxy import StallingProxy
+from streams.lab.chaos.tally import (
     ChaosReport,
     Identity,
     Samples,
@@ -43,9 +44,7 @@ from streams.chaos.tally import (
     scored_buckets,
     tally,
 )
-from streams.ingest.series import Series
-from streams.offline import score_rounds
-from streams.services import (
+from streams.lab.launchers import (
     LOOPBACK,
     Alertmanager,
     KafkaKRaft,
@@ -53,8 +52,9 @@ from streams.services import (
     free_port,
     peerwatch_env,
 )
+from streams.lab.simulator import ClusterConfig, NvlinkBusFault, generate, post_remote_write
+from streams.offline import score_rounds
 from streams.settings import Settings
-from streams.sources.simulator import ClusterConfig, NvlinkBusFault, generate, post_remote_write
 
 log = logging.getLogger("peerwatch.chaos")
 

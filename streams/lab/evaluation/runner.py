@@ -5,7 +5,7 @@ ingest's ``FrameBuilder`` and the worker's ``Pipeline`` in one process
 (``streams.offline``), exactly what the worker decides over Kafka; a
 row-remap creep, which spans weeks, also goes through the same per-GPU health
 detector on its coarse fast-path track. The alerts are scored against the
-run's ground truth (``streams.evaluation.scoring``), with the worker
+run's ground truth (``streams.lab.evaluation.scoring``), with the worker
 settings the scenario carries (``Scenario.settings_for``: the library's
 original scenarios group by ``train_job``, the real-fleet ones as a new user
 would for the seed's label layout). Runs are independent, so they spread over
@@ -23,11 +23,11 @@ from detectors.alerts import AlertChange
 from detectors.features import per_gpu_key
 from detectors.gpu_health import GpuHealthState, step_gpu_health
 from streams.catalog import load_xid_catalog
-from streams.evaluation.scoring import RunScore, score_run
+from streams.lab.evaluation.scoring import RunScore, score_run
+from streams.lab.simulator.remap import RemapSeries
+from streams.lab.simulator.scenarios import Scenario, get_scenario
 from streams.offline import score_rounds
 from streams.settings import Settings
-from streams.sources.simulator.remap import RemapSeries
-from streams.sources.simulator.scenarios import Scenario, get_scenario
 
 
 @dataclass

@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from streams.sources.simulator.layout import sorted_labels, trainer_roles
-from streams.sources.simulator.state import DCGM, TARGETS
+from streams.lab.simulator.layout import sorted_labels, trainer_roles
+from streams.lab.simulator.state import DCGM, TARGETS
 
 if TYPE_CHECKING:
-    from streams.sources.simulator.config import ClusterConfig
-    from streams.sources.simulator.timeline import JobEpoch
+    from streams.lab.simulator.config import ClusterConfig
+    from streams.lab.simulator.timeline import JobEpoch
 
 # Seed-sequence keys of the replicas' own offset and jitter streams.
 _REPLICA_OFFSET_STREAM = 0x0FF5

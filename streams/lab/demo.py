@@ -25,9 +25,9 @@ from rich.panel import Panel
 
 from detectors.features import DEFAULT_BUCKET_MS
 from streams.alerts_view import alerts_table, utc_clock, watch_alerts
-from streams.services import EmbeddedBroker, PeerwatchProcess, free_port, peerwatch_env
+from streams.lab.launchers import EmbeddedBroker, PeerwatchProcess, free_port, peerwatch_env
+from streams.lab.simulator import ClusterConfig, NvlinkBusFault, replay
 from streams.settings import Settings
-from streams.sources.simulator import ClusterConfig, NvlinkBusFault, replay
 from streams.topics import ensure_topics
 
 BUCKET_MS = DEFAULT_BUCKET_MS

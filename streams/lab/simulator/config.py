@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from streams.sources.simulator.calibration import Calibration
-from streams.sources.simulator.faults import Fault
+from streams.lab.simulator.calibration import Calibration
+from streams.lab.simulator.faults import Fault
 
 __all__ = ["ALL_FAMILIES", "DEFAULT_START_MS", "METRIC_FAMILIES", "ClusterConfig"]
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from streams.sources.simulator.faults import (
+from streams.lab.simulator.faults import (
     HOT_GPU,
     LATE_SCRAPE,
     PLANNED_RESTART,
@@ -34,11 +34,11 @@ from streams.sources.simulator.faults import (
     check_gpu,
     check_window,
 )
-from streams.sources.simulator.state import RoundState
-from streams.sources.simulator.traits import NodeTraits, ShapesTraits
+from streams.lab.simulator.state import RoundState
+from streams.lab.simulator.traits import NodeTraits, ShapesTraits
 
 if TYPE_CHECKING:
-    from streams.sources.simulator.config import ClusterConfig
+    from streams.lab.simulator.config import ClusterConfig
 
 
 @dataclass(frozen=True)

@@ -25,10 +25,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from streams.sources.simulator.state import GETATTR, TARGETS, TRAINER
+from streams.lab.simulator.state import GETATTR, TARGETS, TRAINER
 
 if TYPE_CHECKING:
-    from streams.sources.simulator.state import RoundState
+    from streams.lab.simulator.state import RoundState
 
 # Ground-truth kinds of events that are not a node's fault: cluster-wide
 # behaviour that detectors must *not* blame on a node.

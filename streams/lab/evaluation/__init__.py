@@ -1,21 +1,21 @@
 """Scoring the detectors against labelled runs: the core of ``peerwatch evaluate``.
 
-* :mod:`~streams.evaluation.taxonomy` — fault kind → expected class and target
+* :mod:`~streams.lab.evaluation.taxonomy` — fault kind → expected class and target
   category; alert family → class.
-* :mod:`~streams.evaluation.alerts` — alert transitions → paging episodes.
-* :mod:`~streams.evaluation.scoring` — one run's alerts against its ground truth
+* :mod:`~streams.lab.evaluation.alerts` — alert transitions → paging episodes.
+* :mod:`~streams.lab.evaluation.scoring` — one run's alerts against its ground truth
   (pure; the windows are defined there).
-* :mod:`~streams.evaluation.aggregate` — figures over runs and seeds.
-* :mod:`~streams.evaluation.report` — targets with PASS / MISS, text / markdown
+* :mod:`~streams.lab.evaluation.aggregate` — figures over runs and seeds.
+* :mod:`~streams.lab.evaluation.report` — targets with PASS / MISS, text / markdown
   tables, the ``--json`` form.
-* :mod:`~streams.evaluation.plot` — the ``--plot`` heatmap (needs matplotlib).
+* :mod:`~streams.lab.evaluation.plot` — the ``--plot`` heatmap (needs matplotlib).
 
 Nothing here does I/O except ``plot_score_heatmap`` writing its PNG.
 """
 
-from streams.evaluation.aggregate import GROUP_NODES, Summary, summarize
-from streams.evaluation.alerts import AlertEpisode, AlertEvent, alert_episodes, to_alert_event
-from streams.evaluation.report import (
+from streams.lab.evaluation.aggregate import GROUP_NODES, Summary, summarize
+from streams.lab.evaluation.alerts import AlertEpisode, AlertEvent, alert_episodes, to_alert_event
+from streams.lab.evaluation.report import (
     TARGETS,
     EvaluationReport,
     TargetCheck,
@@ -24,14 +24,14 @@ from streams.evaluation.report import (
     render_markdown,
     render_text,
 )
-from streams.evaluation.scoring import (
+from streams.lab.evaluation.scoring import (
     EventOutcome,
     FaultOutcome,
     RunScore,
     ScoringWindows,
     score_run,
 )
-from streams.evaluation.taxonomy import (
+from streams.lab.evaluation.taxonomy import (
     FAMILY_CLASSES,
     FAULT_CLASSES,
     FAULT_EXPECTATIONS,

@@ -28,8 +28,8 @@ import numpy.typing as npt
 
 from detectors.arrays import FloatArray, IntArray
 from detectors.features import DEFAULT_BUCKET_MS
-from streams.evaluation.alerts import alert_episodes, to_alert_event
-from streams.sources.simulator.faults import GroundTruth
+from streams.lab.evaluation.alerts import alert_episodes, to_alert_event
+from streams.lab.simulator.faults import GroundTruth
 
 __all__ = ["plot_score_heatmap", "score_matrix"]
 
@@ -106,7 +106,7 @@ def plot_score_heatmap(
     grid). ``scores``: N x M floats, NaN = no score. ``truth``: ground-truth
     rows (faults are marked on their node's row if it is plotted; cluster
     events go on the strip above). ``alerts``: alert transitions in any form
-    :func:`streams.evaluation.alerts.to_alert_event` reads. ``vmax``: top of
+    :func:`streams.lab.evaluation.alerts.to_alert_event` reads. ``vmax``: top of
     the colour scale (default: the largest finite score).
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from streams.sources.simulator.state import (
+from streams.lab.simulator.state import (
     CLOCK_GPU_IDLE,
     CLOCK_SW_POWER_CAP,
     GETATTR,
@@ -27,8 +27,8 @@ from streams.sources.simulator.state import (
 )
 
 if TYPE_CHECKING:
-    from streams.sources.simulator.config import ClusterConfig
-    from streams.sources.simulator.traits import NodeTraits
+    from streams.lab.simulator.config import ClusterConfig
+    from streams.lab.simulator.traits import NodeTraits
 
 
 class Phase(NamedTuple):

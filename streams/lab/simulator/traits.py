@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from streams.sources.simulator.state import NFS_OPERATIONS
+from streams.lab.simulator.state import NFS_OPERATIONS
 
 if TYPE_CHECKING:
-    from streams.sources.simulator.config import ClusterConfig
+    from streams.lab.simulator.config import ClusterConfig
 
 # Seed-sequence keys that keep the simulator's random streams apart.
 BASE_TRAITS_STREAM = 1

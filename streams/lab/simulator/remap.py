@@ -27,8 +27,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from streams.sources.simulator.faults import GroundTruth, NodeFault, check_gpu
-from streams.sources.simulator.state import TRAINER, RoundState
+from streams.lab.simulator.faults import GroundTruth, NodeFault, check_gpu
+from streams.lab.simulator.state import TRAINER, RoundState
 
 DAY_MS = 86_400_000
 WEEK_MS = 7 * DAY_MS

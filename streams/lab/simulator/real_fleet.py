@@ -20,9 +20,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from streams.sources.simulator.conditions import PlannedRestart
-from streams.sources.simulator.config import ALL_FAMILIES, TRAINER_FAMILY, ClusterConfig
-from streams.sources.simulator.faults import EccFault, Fault, NvlinkBusFault
+from streams.lab.simulator.conditions import PlannedRestart
+from streams.lab.simulator.config import ALL_FAMILIES, TRAINER_FAMILY, ClusterConfig
+from streams.lab.simulator.faults import EccFault, Fault, NvlinkBusFault
 
 __all__ = [
     "FLEET_FAMILIES",

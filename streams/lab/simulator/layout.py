@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from streams.sources.simulator.config import (
+from streams.lab.simulator.config import (
     CPU,
     GPU_PERF,
     INFINIBAND,
@@ -47,7 +47,7 @@ from streams.sources.simulator.config import (
     TRAINER_FAMILY,
     ClusterConfig,
 )
-from streams.sources.simulator.state import DCGM, NFS_OPERATIONS, NODE_EXPORTER
+from streams.lab.simulator.state import DCGM, NFS_OPERATIONS, NODE_EXPORTER
 
 NFS_COUNTERS = (
     "node_mountstats_nfs_operations_requests_total",

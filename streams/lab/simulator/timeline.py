@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from streams.sources.simulator.faults import (
+from streams.lab.simulator.faults import (
     CHECKPOINT_SAVE,
     JOB_DEATH,
     RESTART_LOAD,
@@ -38,7 +38,7 @@ from streams.sources.simulator.faults import (
 )
 
 if TYPE_CHECKING:
-    from streams.sources.simulator.config import ClusterConfig
+    from streams.lab.simulator.config import ClusterConfig
 
 _CHECKPOINT_STREAM = 0xC4E  # seed-sequence key that keeps save draws apart from other streams
 

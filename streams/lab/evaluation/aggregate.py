@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from streams.evaluation.scoring import FaultOutcome, RunScore
+from streams.lab.evaluation.scoring import FaultOutcome, RunScore
 
 __all__ = ["GROUP_NODES", "Summary", "percentile", "summarize"]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from streams.services import LOOPBACK
+from streams.lab.launchers import LOOPBACK
 
 CHUNK = 65_536
 

@@ -1,6 +1,6 @@
 """A seeded synthetic GPU cluster with labelled faults, emitting raw Prometheus series.
 
->>> from streams.sources.simulator import ClusterConfig, ClusterSimulator
+>>> from streams.lab.simulator import ClusterConfig, ClusterSimulator
 >>> sim = ClusterSimulator(ClusterConfig(job_nodes=4, spares=1, seed=7))
 >>> series = sim.scrape(sim.config.start_ms)
 >>> len(series)  # 5 nodes x (14 node_exporter + 4 x 8 dcgm) series
@@ -16,11 +16,11 @@ spread scrape offsets, HA replica pairs, vanishing job labels, role labels) and
 ``real_fleet`` the randomised scenarios built on them.
 """
 
-from streams.sources.simulator.calibration import Calibration
-from streams.sources.simulator.cluster import ClusterSimulator
-from streams.sources.simulator.conditions import HotGpu, LateScrape, PlannedRestart, TwoPopulations
-from streams.sources.simulator.config import ALL_FAMILIES, DEFAULT_START_MS, ClusterConfig
-from streams.sources.simulator.failslow import (
+from streams.lab.simulator.calibration import Calibration
+from streams.lab.simulator.cluster import ClusterSimulator
+from streams.lab.simulator.conditions import HotGpu, LateScrape, PlannedRestart, TwoPopulations
+from streams.lab.simulator.config import ALL_FAMILIES, DEFAULT_START_MS, ClusterConfig
+from streams.lab.simulator.failslow import (
     CompoundCongestionThermal,
     CpuContention,
     FabricCongestion,
@@ -28,7 +28,7 @@ from streams.sources.simulator.failslow import (
     NetworkCongestion,
     PowerCap,
 )
-from streams.sources.simulator.faults import (
+from streams.lab.simulator.faults import (
     BENIGN_KINDS,
     CLUSTER_EVENT_KINDS,
     EccFault,
@@ -39,13 +39,13 @@ from streams.sources.simulator.faults import (
     NodeSilent,
     NvlinkBusFault,
 )
-from streams.sources.simulator.remap import (
+from streams.lab.simulator.remap import (
     RemapSeries,
     RowRemapCreep,
     UncorrectableRemap,
     remap_series,
 )
-from streams.sources.simulator.run import (
+from streams.lab.simulator.run import (
     RemoteWriteFailed,
     RemoteWriteRejected,
     RemoteWriteUnavailable,
@@ -57,8 +57,8 @@ from streams.sources.simulator.run import (
     replay,
     write_ground_truth,
 )
-from streams.sources.simulator.state import RoundState
-from streams.sources.simulator.timeline import JobEpoch, JobPlan, plan_job
+from streams.lab.simulator.state import RoundState
+from streams.lab.simulator.timeline import JobEpoch, JobPlan, plan_job
 
 __all__ = [
     "ALL_FAMILIES",

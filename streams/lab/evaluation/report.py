@@ -27,7 +27,7 @@ JSON (``EvaluationReport.to_dict``), keys stable::
                                 "cases", "detail", "status"}, ...]},
      "scenarios": [{same keys as overall}, ...]}
 
-``summary`` holds every :class:`streams.evaluation.aggregate.Summary` field.
+``summary`` holds every :class:`streams.lab.evaluation.aggregate.Summary` field.
 With ``details=True`` each block also has ``faults`` and ``events`` (per-row
 outcomes, each tagged with its ``run`` index) and ``false_pages`` (every false
 node alert, and every group alert of a must-not-page run).
@@ -40,9 +40,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from streams.evaluation.aggregate import GROUP_NODES, Summary, summarize
-from streams.evaluation.alerts import AlertEpisode
-from streams.evaluation.scoring import RunScore
+from streams.lab.evaluation.aggregate import GROUP_NODES, Summary, summarize
+from streams.lab.evaluation.alerts import AlertEpisode
+from streams.lab.evaluation.scoring import RunScore
 
 __all__ = [
     "BLOCK_KEYS",

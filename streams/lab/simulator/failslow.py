@@ -25,7 +25,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from streams.sources.simulator.faults import (
+from streams.lab.simulator.faults import (
     FABRIC_CONGESTION,
     POWER_CAP,
     GroundTruth,
@@ -34,7 +34,7 @@ from streams.sources.simulator.faults import (
     check_gpu,
     check_window,
 )
-from streams.sources.simulator.state import (
+from streams.lab.simulator.state import (
     CLOCK_HW_SLOWDOWN,
     CLOCK_HW_THERMAL,
     CLOCK_SW_POWER_CAP,

@@ -1,8 +1,8 @@
 """Score one run's alerts against its ground truth. Pure: no I/O, no clock.
 
 Inputs: the run's ground-truth rows (node faults and cluster events, as
-:func:`streams.sources.simulator.run.ground_truth` lists them), its alert
-transitions (see :mod:`streams.evaluation.alerts`), the job's node list and the
+:func:`streams.lab.simulator.run.ground_truth` lists them), its alert
+transitions (see :mod:`streams.lab.evaluation.alerts`), the job's node list and the
 run's ``[start_ms, end_ms)``. Output: a :class:`RunScore`.
 
 Time. Every time is reduced to the start of the 30-s bucket holding it,
@@ -43,7 +43,7 @@ Windows (``L`` = lookback, ``T`` = tolerance, ``A`` = aftermath, in buckets of
   No GPU named at all is wrong.
 * ``alert_class``/``class_correct``: likewise, the earliest bucket in which a
   matching firing claims a class (its ``class`` label, else
-  :data:`~streams.evaluation.taxonomy.FAMILY_CLASSES`) must claim only classes
+  :data:`~streams.lab.evaluation.taxonomy.FAMILY_CLASSES`) must claim only classes
   the fault kind accepts. No class claimed is wrong.
 * A *false node alert* is a node-level episode whose first firing is in no
   explained window of a fault on the same node. Episodes are counted per
@@ -71,15 +71,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from detectors.features import DEFAULT_BUCKET_MS
-from streams.evaluation.alerts import AlertEpisode, Firing, alert_episodes, to_alert_event
-from streams.evaluation.taxonomy import (
+from streams.lab.evaluation.alerts import AlertEpisode, Firing, alert_episodes, to_alert_event
+from streams.lab.evaluation.taxonomy import (
     FAMILY_CLASSES,
     FAULT_EXPECTATIONS,
     Category,
     FaultExpectation,
     expectation_for,
 )
-from streams.sources.simulator.faults import SPARE_JOINED, GroundTruth
+from streams.lab.simulator.faults import SPARE_JOINED, GroundTruth
 
 __all__ = [
     "DAY_MS",
@@ -274,7 +274,7 @@ def score_run(
 
     ``truth``: GroundTruth rows (faults and cluster events, any order).
     ``alerts``: ``AlertChange`` objects, ``AlertEvent`` or dicts (see
-    :func:`streams.evaluation.alerts.to_alert_event`), any order, re-sends allowed.
+    :func:`streams.lab.evaluation.alerts.to_alert_event`), any order, re-sends allowed.
     ``nodes``: the job's node list (its length sets the node-days).
     ``[start_ms, end_ms)``: the scored span of the run.
     ``must_not_page``: whether the run is a must-not-page scenario (None: it

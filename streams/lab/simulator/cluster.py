@@ -41,7 +41,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from streams.ingest.series import Series
-from streams.sources.simulator.activity import (
+from streams.lab.simulator.activity import (
     ExtraNoise,
     Noise,
     Phase,
@@ -49,8 +49,8 @@ from streams.sources.simulator.activity import (
     iteration_time_s,
     settle,
 )
-from streams.sources.simulator.config import ClusterConfig
-from streams.sources.simulator.fleet import (
+from streams.lab.simulator.config import ClusterConfig
+from streams.lab.simulator.fleet import (
     job_labelled,
     label_vanishes_from_ms,
     node_roles,
@@ -58,15 +58,15 @@ from streams.sources.simulator.fleet import (
     scrape_offsets,
     with_replica,
 )
-from streams.sources.simulator.layout import (
+from streams.lab.simulator.layout import (
     BASE_NODE_COLUMNS,
     SeriesLayout,
     pci_bus_id,
     trainer_labels,
 )
-from streams.sources.simulator.state import TRAINER, RoundState
-from streams.sources.simulator.timeline import JobPlan, plan_job
-from streams.sources.simulator.traits import shaped_traits
+from streams.lab.simulator.state import TRAINER, RoundState
+from streams.lab.simulator.timeline import JobPlan, plan_job
+from streams.lab.simulator.traits import shaped_traits
 
 __all__ = ["ClusterSimulator", "pci_bus_id"]
 

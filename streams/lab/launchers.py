@@ -544,7 +544,7 @@ def tansu_binary() -> str:
 
 
 _MINIMAL_ALERTMANAGER_CONFIG = """\
-# Written by streams.services.Alertmanager: one receiver that delivers nowhere,
+# Written by streams.lab.launchers.Alertmanager: one receiver that delivers nowhere,
 # so alerts posted to the API are kept and can be read back.
 route:
   receiver: default

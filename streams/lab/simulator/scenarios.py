@@ -50,12 +50,11 @@ from types import MappingProxyType
 import numpy as np
 
 from streams.ingest.series import Series
-from streams.settings import Settings
-from streams.sources.simulator import real_fleet
-from streams.sources.simulator.calibration import Calibration
-from streams.sources.simulator.conditions import HotGpu, LateScrape, PlannedRestart, TwoPopulations
-from streams.sources.simulator.config import ALL_FAMILIES, DEFAULT_START_MS, ClusterConfig
-from streams.sources.simulator.failslow import (
+from streams.lab.simulator import real_fleet
+from streams.lab.simulator.calibration import Calibration
+from streams.lab.simulator.conditions import HotGpu, LateScrape, PlannedRestart, TwoPopulations
+from streams.lab.simulator.config import ALL_FAMILIES, DEFAULT_START_MS, ClusterConfig
+from streams.lab.simulator.failslow import (
     CompoundCongestionThermal,
     CpuContention,
     FabricCongestion,
@@ -63,22 +62,23 @@ from streams.sources.simulator.failslow import (
     NetworkCongestion,
     PowerCap,
 )
-from streams.sources.simulator.faults import (
+from streams.lab.simulator.faults import (
     EccFault,
     Fault,
     GroundTruth,
     NodeSilent,
     NvlinkBusFault,
 )
-from streams.sources.simulator.remap import (
+from streams.lab.simulator.remap import (
     WEEK_MS,
     RemapSeries,
     RowRemapCreep,
     UncorrectableRemap,
     remap_series,
 )
-from streams.sources.simulator.run import generate, ground_truth
-from streams.sources.simulator.traits import shaped_traits
+from streams.lab.simulator.run import generate, ground_truth
+from streams.lab.simulator.traits import shaped_traits
+from streams.settings import Settings
 
 __all__ = [
     "CHECKPOINT_CADENCES_H",

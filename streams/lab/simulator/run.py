@@ -30,10 +30,10 @@ from pathlib import Path
 import httpx
 
 from streams.ingest.series import Series
-from streams.sources.simulator.cluster import ClusterSimulator
-from streams.sources.simulator.config import ClusterConfig
-from streams.sources.simulator.faults import GroundTruth
-from streams.sources.simulator.timeline import plan_job
+from streams.lab.simulator.cluster import ClusterSimulator
+from streams.lab.simulator.config import ClusterConfig
+from streams.lab.simulator.faults import GroundTruth
+from streams.lab.simulator.timeline import plan_job
 
 log = logging.getLogger(__name__)
 
