@@ -37,7 +37,15 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from detectors.fusion import Signal
+from detectors.families import (
+    GROUP_DEGRADED,
+    NODE_COLLAPSE,
+    NODE_DEVIATION,
+    NODE_SILENT,
+    REGISTRY,
+    AlertFamily,
+)
+from detectors.vocabulary import AlertChange, AlertKey, Labels, Signal, Status
 
 __all__ = [
     "FAMILIES",
@@ -58,37 +66,11 @@ __all__ = [
 ]
 
 Evidence = Literal["present", "absent", "unknown"]
-Severity = Literal["critical", "warning"]
-Status = Literal["firing", "resolved"]
 Phase = Literal["pending", "firing"]
-Trigger = Literal["hard", "soft", "silent"]
-AlertKey = tuple[str, str | None]  # (alertname, node); node None = the group itself
-Labels = tuple[tuple[str, str], ...]
 
-NODE_COLLAPSE = "PeerwatchNodeCollapse"
-NODE_SILENT = "PeerwatchNodeSilent"
-NODE_DEVIATION = "PeerwatchNodeDeviation"
-GROUP_DEGRADED = "PeerwatchGroupDegraded"
-
-
-@dataclass(frozen=True)
-class AlertFamily:
-    """An alertname, its severity, and what makes it fire."""
-
-    name: str
-    severity: Severity
-    trigger: Trigger
-    node_level: bool
-
-
+# The families this lifecycle runs (peer scoring); the others have their own evidence.
 FAMILIES: Mapping[str, AlertFamily] = {
-    f.name: f
-    for f in (
-        AlertFamily(NODE_COLLAPSE, "critical", "hard", node_level=True),
-        AlertFamily(NODE_SILENT, "critical", "silent", node_level=True),
-        AlertFamily(NODE_DEVIATION, "warning", "soft", node_level=True),
-        AlertFamily(GROUP_DEGRADED, "warning", "soft", node_level=False),
-    )
+    name: REGISTRY[name] for name in (NODE_COLLAPSE, NODE_SILENT, NODE_DEVIATION, GROUP_DEGRADED)
 }
 
 
@@ -115,10 +97,10 @@ class AlertParams:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
 
     def buckets_to_fire(self, alertname: str) -> int:
-        trigger = _family(alertname).trigger
-        if trigger == "hard":
+        fire = _family(alertname).fire
+        if fire == "at_once":
             return 1
-        if trigger == "silent":
+        if fire == "silent_buckets":
             return self.silent_buckets
         return self.persistence
 
@@ -197,76 +179,6 @@ class AlertState:
             score=math.nan if score is None else float(score),
             signals=tuple(Signal.from_dict(s) for s in data.get("signals", ())),
             reason=str(data.get("reason", "")),
-        )
-
-
-@dataclass(frozen=True)
-class AlertChange:
-    """A transition to send (``status`` firing or resolved), or an active alert to re-send.
-
-    ``node`` is None for group-level alerts. ``bucket_ts``: the bucket of the
-    transition (for an active alert: the bucket just scored).
-    ``starts_bucket_ts``: the bucket the alert first fired.
-    ``evidence_since_ts``: the bucket its evidence began (lead-time reckoning).
-    """
-
-    alertname: str
-    node: str | None
-    group: str
-    status: Status
-    severity: Severity
-    score: float
-    signals: tuple[Signal, ...]
-    reason: str
-    bucket_ts: int
-    starts_bucket_ts: int
-    evidence_since_ts: int
-    # Recovery action (XID / row-remap alerts), extra identifying labels (e.g.
-    # gpu, xid), and the lead over the XID that followed (precursor alerts).
-    action: str | None = None
-    labels: tuple[tuple[str, str], ...] = ()
-    lead_s: float | None = None
-    # Context that may change while the alert fires (e.g. the group's training
-    # phase): annotations, never labels, so the alert's identity stays put.
-    annotations: tuple[tuple[str, str], ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "action": self.action,
-            "labels": dict(self.labels),
-            "lead_s": self.lead_s,
-            "annotations": dict(self.annotations),
-            "alertname": self.alertname,
-            "node": self.node,
-            "group": self.group,
-            "status": self.status,
-            "severity": self.severity,
-            "score": self.score if math.isfinite(self.score) else None,
-            "signals": [s.to_dict() for s in self.signals],
-            "reason": self.reason,
-            "bucket_ts": self.bucket_ts,
-            "starts_bucket_ts": self.starts_bucket_ts,
-            "evidence_since_ts": self.evidence_since_ts,
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> AlertChange:
-        return cls(
-            alertname=d["alertname"],
-            node=d["node"],
-            group=d["group"],
-            status=d["status"],
-            severity=d["severity"],
-            score=math.nan if d["score"] is None else float(d["score"]),
-            signals=tuple(Signal.from_dict(s) for s in d["signals"]),
-            reason=d["reason"],
-            bucket_ts=int(d["bucket_ts"]),
-            starts_bucket_ts=int(d["starts_bucket_ts"]),
-            evidence_since_ts=int(d["evidence_since_ts"]),
-            action=d.get("action"),
-            labels=tuple(sorted((d.get("labels") or {}).items())),
-            lead_s=d.get("lead_s"),
-            annotations=tuple(sorted((d.get("annotations") or {}).items())),
         )
 
 

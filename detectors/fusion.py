@@ -71,6 +71,7 @@ import numpy.typing as npt
 
 from detectors.arrays import FloatArray
 from detectors.features import FeatureSpec
+from detectors.vocabulary import Signal, json_float
 
 __all__ = [
     "SILENCE_FEATURE",
@@ -88,8 +89,6 @@ VerdictStatus = Literal["silent", "unscored", "collapse", "deviating", "ok"]
 
 SILENCE_FEATURE = "frames"  # the GroupEvent feature name for a group-wide silence
 _SIGN = {"up": 1.0, "down": -1.0, "both": 0.0}  # which sign of z is bad; 0 = either
-# A signal names the node's usual z when the residual is this far (in sigmas) from the raw z.
-_SHOW_USUAL_FROM = 0.5
 
 
 @dataclass(frozen=True)
@@ -131,77 +130,6 @@ class FusionParams:
             raise ValueError(f"cluster_fraction must be in (0, 1), got {self.cluster_fraction}")
         if self.max_signals < 1:
             raise ValueError(f"max_signals must be >= 1, got {self.max_signals}")
-
-
-def _json_float(x: float) -> float | None:
-    return float(x) if math.isfinite(x) else None
-
-
-def _from_json_float(x: Any) -> float:
-    return math.nan if x is None else float(x)
-
-
-@dataclass(frozen=True)
-class Signal:
-    """One contributing feature of a verdict: its z, the node's value, the peer median, the GPU.
-
-    ``z``, ``value`` and ``median`` are always the raw peer comparison (what an
-    SRE can check on a dashboard). Where the node's learned usual z is known
-    (:mod:`detectors.baseline`), ``usual`` is it and ``residual`` the change
-    from it in the node's own spreads — what soft evidence was fused on; both
-    are NaN otherwise. ``share``: for an unusual combination, the feature's
-    share of the model's distance (0-1; NaN otherwise).
-    """
-
-    feature: str
-    z: float
-    value: float
-    median: float
-    gpu: str | None = None
-    residual: float = math.nan
-    usual: float = math.nan
-    share: float = math.nan
-
-    @property
-    def differs_from_usual(self) -> bool:
-        """The residual says something the raw z does not (the node's usual is not ~0)."""
-        return math.isfinite(self.usual) and abs(self.residual - self.z) >= _SHOW_USUAL_FROM
-
-    def describe(self) -> str:
-        """``gpu_util z=-5.2``, or ``… z=-5.2 vs its usual -1.0`` where the usual matters."""
-        text = f"{self.feature} z={self.z:+.1f}"
-        if self.differs_from_usual:
-            text += f" vs its usual {self.usual:+.1f}"
-        return text
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe dict (non-finite floats become None; the learned parts only when known)."""
-        out: dict[str, Any] = {
-            "feature": self.feature,
-            "z": _json_float(self.z),
-            "value": _json_float(self.value),
-            "median": _json_float(self.median),
-            "gpu": self.gpu,
-        }
-        for key in ("residual", "usual", "share"):
-            x = getattr(self, key)
-            if math.isfinite(x):
-                out[key] = float(x)
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Signal:
-        gpu = data.get("gpu")
-        return cls(
-            feature=str(data["feature"]),
-            z=_from_json_float(data["z"]),
-            value=_from_json_float(data["value"]),
-            median=_from_json_float(data["median"]),
-            gpu=None if gpu is None else str(gpu),
-            residual=_from_json_float(data.get("residual")),
-            usual=_from_json_float(data.get("usual")),
-            share=_from_json_float(data.get("share")),
-        )
 
 
 @dataclass(frozen=True)
@@ -249,9 +177,9 @@ class GroupEvent:
             "count": self.count,
             "present": self.present,
             "fraction": self.fraction,
-            "z": _json_float(self.z),
-            "value": _json_float(self.value),
-            "median": _json_float(self.median),
+            "z": json_float(self.z),
+            "value": json_float(self.value),
+            "median": json_float(self.median),
         }
 
 

@@ -28,17 +28,14 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
-from detectors.alerts import AlertChange
+from detectors.families import REMAP_ALERT, XID_ALERT
 from detectors.features import DEFAULT_BUCKET_MS, split_per_gpu_key
-from detectors.fusion import Signal
 from detectors.remap import RemapParams, RemapTracker, RemapVerdict
+from detectors.vocabulary import AlertChange, Signal
 from detectors.xid.catalog import XidCatalog
 from detectors.xid.escalation import EscalationParams, XidDecision, XidEscalator
 from detectors.xid.events import XidEvent
 from detectors.xid.gauge import XidGaugeParams, XidGaugeTracker
-
-XID_ALERT = "PeerwatchXid"
-REMAP_ALERT = "PeerwatchRowRemap"
 
 # Which part of the machine an XID points at (the ``class`` label on its
 # alert, for routing and for scoring the fault class). Unknown codes claim none.

@@ -101,6 +101,7 @@ import numpy as np
 import numpy.typing as npt
 
 from detectors.arrays import FloatArray
+from detectors.vocabulary import AlertSeverity
 
 __all__ = [
     "DAY_MS",
@@ -113,7 +114,6 @@ __all__ = [
     "theil_sen_slope",
 ]
 
-Severity = Literal["warning", "critical"]
 Kind = Literal["creep", "uncorrectable", "pending", "failure"]
 Action = Literal["RESET_GPU", "CONTACT_SUPPORT"]
 
@@ -125,7 +125,7 @@ STATE_SCHEMA = 1
 # Most severe first: a failed bank needs a new board whatever else is true; an
 # uncorrectable rise comes with a pending remap, and the rise is the stronger word.
 _PRIORITY: tuple[Kind, ...] = ("failure", "uncorrectable", "pending", "creep")
-_SEVERITY: Mapping[Kind, Severity] = {
+_SEVERITY: Mapping[Kind, AlertSeverity] = {
     "failure": "critical",
     "uncorrectable": "critical",
     "pending": "critical",
@@ -336,7 +336,7 @@ class RemapVerdict:
     creep, the sample that closed the step judged).
     """
 
-    severity: Severity
+    severity: AlertSeverity
     kind: Kind
     action: Action
     slope_per_day: float | None

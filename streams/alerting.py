@@ -13,22 +13,15 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
-from detectors.alerts import AlertChange
+from detectors.families import REGISTRY
+from detectors.vocabulary import AlertChange
 from streams.records import AlertRecord
 from streams.settings import Settings
 from streams.sinks.alertmanager import rfc3339
 from streams.sinks.credentials import without_userinfo
 
-SUMMARIES = {
-    "PeerwatchNodeCollapse": "{node}: hard failure signature against its peers",
-    "PeerwatchNodeSilent": "{node}: stopped reporting while its peers report",
-    "PeerwatchNodeDeviation": "{node}: sustained deviation from its peers",
-    "PeerwatchGroupDegraded": "group {group}: peers deviate together (not a node fault)",
-    "PeerwatchXid": "{node}: GPU XID error",
-    "PeerwatchRowRemap": "{node}: GPU row remapping",
-    "PeerwatchFailSlow": "{node}: slows its job down (fail-slow culprit)",
-    "PeerwatchJobSlow": "group {group}: job slowed down, no node to blame",
-}
+# The annotation template per alertname ({node}, {group}).
+SUMMARIES = {f.name: f.summary for f in REGISTRY.values()}
 
 
 DASHBOARD_LOOKBACK_MS = 3_600_000  # the dashboard link opens an hour before the alert started
@@ -54,7 +47,9 @@ class AlertLinks:
         return cls(settings.runbook_base_url, dashboard)
 
     def runbook_url(self, alertname: str) -> str:
-        return f"{self.runbook_base.rstrip('/')}/{alertname}.md"
+        known = REGISTRY.get(alertname)
+        page = known.runbook if known is not None else f"{alertname}.md"
+        return f"{self.runbook_base.rstrip('/')}/{page}"
 
     def generator_url(self, change: AlertChange) -> str:
         """The dashboard on the alert's group and node from an hour before it started; the

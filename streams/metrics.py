@@ -10,13 +10,13 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from detectors.alerts import AlertChange
 from detectors.failslow.slo import SloSummary
 from detectors.features import per_gpu_key
 from detectors.fusion import NodeVerdict
 from detectors.gpu_health import XID_ALERT
 from detectors.phase import PHASES
 from detectors.population import Composition
+from detectors.vocabulary import AlertChange
 from streams.process_metrics import register_process_metrics
 
 log = logging.getLogger("peerwatch.ingest")

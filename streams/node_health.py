@@ -36,7 +36,6 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
-from detectors.alerts import AlertChange
 from detectors.features import split_per_gpu_key
 from detectors.gpu_health import (
     GpuHealthParams,
@@ -44,6 +43,7 @@ from detectors.gpu_health import (
     active_gpu_alerts,
     step_gpu_health,
 )
+from detectors.vocabulary import AlertChange
 from detectors.xid.catalog import XidCatalog
 from detectors.xid.events import XidEvent
 from detectors.xid.kernel_log import normalize_pci_bus_id

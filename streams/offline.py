@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from detectors.alerts import AlertChange
+from detectors.vocabulary import AlertChange
 from streams.frames import Frame
 from streams.ingest.builder import FrameBuilder, frame_builder_for
 from streams.ingest.series import Series

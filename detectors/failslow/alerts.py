@@ -46,12 +46,12 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from detectors.alerts import AlertChange
 from detectors.failslow.localise import Culprit, Localisation
 from detectors.failslow.mitigation import STAGES, Stage
 from detectors.failslow.monitor import FailSlowVerdict
+from detectors.families import FAIL_SLOW, JOB_SLOW
 from detectors.features import DEFAULT_BUCKET_MS
-from detectors.fusion import Signal
+from detectors.vocabulary import AlertChange, Signal
 
 __all__ = [
     "FAIL_SLOW",
@@ -62,9 +62,6 @@ __all__ = [
     "FailSlowAlertStep",
     "step_failslow_alerts",
 ]
-
-FAIL_SLOW = "PeerwatchFailSlow"
-JOB_SLOW = "PeerwatchJobSlow"
 
 # The ``action`` of an alert at each stage: a scheduler keys on these.
 STAGE_ACTIONS: Mapping[Stage, str] = {

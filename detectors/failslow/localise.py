@@ -54,8 +54,8 @@ import numpy as np
 import numpy.typing as npt
 
 from detectors.arrays import FloatArray
-from detectors.fusion import Signal
 from detectors.peer import peer_zscores
+from detectors.vocabulary import Signal
 
 __all__ = [
     "GPU_FEATURES",

@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Literal
+
+from detectors.vocabulary import SEVERITIES, Severity
 
 __all__ = [
     "ACTIONS",
@@ -22,9 +23,6 @@ __all__ = [
     "is_action",
 ]
 
-Severity = Literal["info", "warning", "critical"]
-
-SEVERITIES: tuple[Severity, ...] = ("info", "warning", "critical")
 SEVERITY_RANK: Mapping[str, int] = {s: i for i, s in enumerate(SEVERITIES)}
 
 _OPERATOR_RANK = 5  # UPDATE_SWFW, CHECK_*, WORKFLOW_*: hold the GPU for a human decision

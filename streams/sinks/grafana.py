@@ -23,8 +23,8 @@ from typing import Any
 
 import httpx
 
-from detectors.alerts import AlertChange
 from detectors.features import DEFAULT_BUCKET_MS
+from detectors.vocabulary import AlertChange
 from streams.alerting import alert_annotations, alert_labels
 from streams.sinks.credentials import BearerAuth, without_userinfo
 from streams.sinks.outbox import Outbox, Outcome, alert_key, deliver_forever

@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 
-from detectors.alerts import AlertChange
 from detectors.features import per_gpu_key
 from detectors.gpu_health import GpuHealthState, step_gpu_health
+from detectors.vocabulary import AlertChange
 from streams.catalog import load_xid_catalog
 from streams.lab.evaluation.scoring import RunScore, score_run
 from streams.lab.simulator.remap import RemapSeries

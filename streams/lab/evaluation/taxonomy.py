@@ -55,7 +55,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from detectors.alerts import GROUP_DEGRADED, NODE_COLLAPSE, NODE_DEVIATION, NODE_SILENT
+from detectors.families import REGISTRY
 
 __all__ = [
     "CATEGORIES",
@@ -130,17 +130,10 @@ FAULT_EXPECTATIONS: Mapping[str, FaultExpectation] = {
     "late_scrape": FaultExpectation((), "must_not_page"),
 }
 
-# A family that names its class by construction. Collapse and deviation do not:
-# procs_running → 0 is what any fail-stop looks like, whatever broke. Nor does an
-# XID alert by its name alone (79 is the bus, 94 memory): it needs a class label.
-FAMILY_CLASSES: Mapping[str, str | None] = {
-    NODE_SILENT: HOST,
-    GROUP_DEGRADED: CLUSTER_WIDE,
-    NODE_COLLAPSE: None,
-    NODE_DEVIATION: None,
-    "PeerwatchRowRemap": MEMORY,  # detectors.gpu_health: row remapping is GPU memory
-    "PeerwatchXid": None,
-}
+# The class a family claims by construction (detectors.families): collapse and deviation do
+# not (procs_running -> 0 is what any fail-stop looks like), nor an XID alert by its name
+# alone (79 is the bus, 94 memory): it needs a class label.
+FAMILY_CLASSES: Mapping[str, str | None] = {f.name: f.klass for f in REGISTRY.values()}
 
 
 def expectation_for(
