@@ -16,20 +16,21 @@ alert changes for two families, one alert per (node, GPU):
 
 When an alert's identity changes (severity or action escalates), the old one is
 resolved and the new one fired, since Alertmanager identifies an alert by its
-labels (``action`` is one, for routing).
-State is explicit and JSON-safe (``to_dict``/``from_dict``).
+labels (``action`` is one, for routing): :mod:`detectors.lifecycle` keeps both
+families' firing alerts. State is explicit and JSON-safe (``to_dict``/``from_dict``).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
 from detectors.families import REMAP_ALERT, XID_ALERT
 from detectors.features import DEFAULT_BUCKET_MS, split_per_gpu_key
+from detectors.lifecycle import Firing, expire, observe
 from detectors.remap import RemapParams, RemapTracker, RemapVerdict
 from detectors.vocabulary import AlertChange, Signal
 from detectors.xid.catalog import XidCatalog
@@ -64,24 +65,11 @@ class GpuHealthParams:
 
 
 @dataclass
-class _Firing:
-    change: AlertChange  # the firing change as last sent
-    last_evidence_ts: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"change": self.change.to_dict(), "last": self.last_evidence_ts}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> _Firing:
-        return cls(AlertChange.from_dict(d["change"]), int(d["last"]))
-
-
-@dataclass
 class GpuHealthState:
     gauge: XidGaugeTracker
     escalator: XidEscalator
     remap: dict[str, RemapTracker] = field(default_factory=dict)  # "node/gpu"
-    firing: dict[str, _Firing] = field(default_factory=dict)  # "alertname/node/gpu"
+    firing: dict[str, Firing] = field(default_factory=dict)  # "alertname/node/gpu"
 
     @classmethod
     def new(cls, catalog: XidCatalog, params: GpuHealthParams) -> GpuHealthState:
@@ -103,7 +91,7 @@ class GpuHealthState:
             XidGaugeTracker.from_dict(d["gauge"], params.gauge),
             XidEscalator.from_dict(d["escalator"], catalog, params.escalation),
             {k: RemapTracker.from_dict(v, params.remap) for k, v in d.get("remap", {}).items()},
-            {k: _Firing.from_dict(v) for k, v in d.get("firing", {}).items()},
+            {k: Firing.from_dict(v) for k, v in d.get("firing", {}).items()},
         )
 
 
@@ -187,17 +175,10 @@ def _without_stillborn(changes: list[AlertChange]) -> list[AlertChange]:
     second escalating the action or severity): it never lived, so neither its firing nor its
     resolve is sent — sent together, the outbox would deliver the resolve only."""
     born = {
-        (c.alertname, c.node, c.labels, c.action, c.severity)
-        for c in changes
-        if c.status == "firing" and c.starts_bucket_ts == c.bucket_ts
+        c.identity for c in changes if c.status == "firing" and c.starts_bucket_ts == c.bucket_ts
     }
-    dead = {
-        key
-        for c in changes
-        if c.status == "resolved"
-        and (key := (c.alertname, c.node, c.labels, c.action, c.severity)) in born
-    }
-    return [c for c in changes if (c.alertname, c.node, c.labels, c.action, c.severity) not in dead]
+    dead = {c.identity for c in changes if c.status == "resolved" and c.identity in born}
+    return [c for c in changes if c.identity not in dead]
 
 
 def active_gpu_alerts(state: GpuHealthState) -> list[AlertChange]:
@@ -212,29 +193,11 @@ def _key(change: AlertChange) -> str:
 
 
 def _fire(state: GpuHealthState, change: AlertChange, bucket_ts: int) -> list[AlertChange]:
+    """Severity and action are labels (action for routing): a change of either is a new alert
+    to Alertmanager, so the old one resolves; the same finding with fresher numbers (a
+    creep's slope, say) keeps the labels it fired with and sends nothing."""
     key = _key(change)
-    current = state.firing.get(key)
-    out: list[AlertChange] = []
-    if current is not None:
-        # Severity and action are labels (action for routing): a change of either is a new
-        # alert to Alertmanager, so the old one is resolved first.
-        same = (current.change.severity, current.change.action) == (change.severity, change.action)
-        if same:
-            # Same finding, fresher numbers (a creep's slope, say): keep the detail and the
-            # labels it fired with (class, group) for re-sends; no new transition.
-            state.firing[key] = _Firing(
-                replace(
-                    change,
-                    labels=current.change.labels,
-                    group=current.change.group,
-                    starts_bucket_ts=current.change.starts_bucket_ts,
-                ),
-                bucket_ts,
-            )
-            return []
-        out.append(replace(current.change, status="resolved", bucket_ts=bucket_ts))
-    state.firing[key] = _Firing(change, bucket_ts)
-    out.append(change)
+    state.firing[key], out = observe(state.firing.get(key), change, bucket_ts)
     return out
 
 
@@ -245,23 +208,12 @@ def _expire(
     for key, firing in list(state.firing.items()):
         if key in seen:
             continue
-        hold = (
-            params.xid_hold_buckets
-            if firing.change.alertname == XID_ALERT
-            else (params.resolve_after)
-        )
-        buckets_since = (bucket_ts - firing.last_evidence_ts) // params.bucket_ms
-        if buckets_since >= hold:
+        xid = firing.change.alertname == XID_ALERT
+        hold = params.xid_hold_buckets if xid else params.resolve_after
+        _, change = expire(firing, bucket_ts, hold=hold, bucket_ms=params.bucket_ms)
+        if change is not None:
             del state.firing[key]
-            out.append(
-                replace(
-                    firing.change,
-                    status="resolved",
-                    bucket_ts=bucket_ts,
-                    reason=f"no new evidence for {buckets_since} buckets; was: "
-                    f"{firing.change.reason}",
-                )
-            )
+            out.append(change)
     return out
 
 

@@ -1,0 +1,109 @@
+"""One firing alert's lifecycle, shared by the families that fire on their first evidence.
+
+A family turns its evidence into a *proposed* :class:`AlertChange` each bucket
+and hands it here; what goes to the sinks follows from a few transitions:
+
+* :func:`observe` — evidence this bucket. No alert yet: it fires at once. The
+  same identity (severity and action, the labels a route keys on) as the
+  firing one: the detail is refreshed, the labels, group and start it fired
+  with are held, nothing is sent (an escalation of detail never re-fires). A
+  new identity: the old alert resolves and the proposed one fires.
+* :func:`clear` — no evidence this bucket: the clear streak grows and the
+  alert resolves once it reaches the family's count; any evidence restarts it.
+* :func:`expire` — the hold: resolves once ``hold`` buckets have passed since
+  the last evidence, counted by time (a bucket the family did not run counts).
+* A bucket with nothing to judge calls none of them: the alert stays as it is.
+
+GPU health (XID, row remap: :mod:`detectors.gpu_health`) and fail-slow
+(:mod:`detectors.failslow.alerts`) run on it. Peer scoring (:mod:`detectors.alerts`)
+still keeps its own pending streak and strongest observation per key.
+
+Pure: every function returns a new :class:`Firing`; nothing here is mutated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from detectors.vocabulary import AlertChange
+
+__all__ = ["Firing", "clear", "expire", "observe", "resolved"]
+
+
+@dataclass(frozen=True)
+class Firing:
+    """A firing alert: the change as it stands (what is re-sent while active), the
+    consecutive buckets without evidence, and the bucket of its last evidence."""
+
+    change: AlertChange
+    last_evidence_ts: int
+    clear_streak: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "change": self.change.to_dict(),
+            "last": self.last_evidence_ts,
+            "clear": self.clear_streak,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Firing:
+        change = AlertChange.from_dict(data["change"])
+        last = data.get("last")
+        return cls(
+            change,
+            change.bucket_ts if last is None else int(last),
+            int(data.get("clear", 0)),
+        )
+
+
+def resolved(change: AlertChange, bucket_ts: int, why: str | None = None) -> AlertChange:
+    """``change`` resolved in ``bucket_ts``; ``why`` (if given) leads its reason."""
+    reason = change.reason if why is None else f"{why}; was: {change.reason}"
+    return replace(change, status="resolved", bucket_ts=bucket_ts, reason=reason)
+
+
+def observe(
+    current: Firing | None,
+    proposed: AlertChange,
+    bucket_ts: int,
+    *,
+    superseded: str | None = None,
+) -> tuple[Firing, list[AlertChange]]:
+    """Evidence in ``bucket_ts``: fire, refresh, or resolve-and-fire on a new identity.
+
+    ``superseded``: the reason given to the old alert when a new identity replaces it
+    (None keeps its reason as it was)."""
+    if current is None:
+        return Firing(proposed, bucket_ts), [proposed]
+    held = current.change
+    if (held.severity, held.action) == (proposed.severity, proposed.action):
+        kept = replace(
+            proposed, labels=held.labels, group=held.group, starts_bucket_ts=held.starts_bucket_ts
+        )
+        return Firing(kept, bucket_ts), []
+    return Firing(proposed, bucket_ts), [resolved(held, bucket_ts, superseded), proposed]
+
+
+def clear(
+    current: Firing, bucket_ts: int, *, resolve_after: int, why: str
+) -> tuple[Firing | None, AlertChange | None]:
+    """No evidence in ``bucket_ts``: resolved once ``resolve_after`` such buckets ran in a row.
+
+    ``why`` may name ``{n}``, the buckets without evidence."""
+    n = current.clear_streak + 1
+    if n >= resolve_after:
+        return None, resolved(current.change, bucket_ts, why.format(n=n))
+    return replace(current, clear_streak=n), None
+
+
+def expire(
+    current: Firing, bucket_ts: int, *, hold: int, bucket_ms: int
+) -> tuple[Firing | None, AlertChange | None]:
+    """Resolved once ``hold`` buckets have passed since the last evidence."""
+    n = (bucket_ts - current.last_evidence_ts) // bucket_ms
+    if n >= hold:
+        return None, resolved(current.change, bucket_ts, f"no new evidence for {n} buckets")
+    return current, None
