@@ -51,6 +51,7 @@ from detectors.failslow.mitigation import STAGES, Stage
 from detectors.failslow.monitor import FailSlowVerdict
 from detectors.families import FAIL_SLOW, JOB_SLOW
 from detectors.features import DEFAULT_BUCKET_MS
+from detectors.lifecycle import Firing, clear, observe, resolved
 from detectors.vocabulary import AlertChange, Signal
 
 __all__ = [
@@ -88,39 +89,17 @@ class FailSlowAlertParams:
 
 
 @dataclass(frozen=True)
-class _Firing:
-    """A firing alert: the change as it stands (re-sent as active), its stage, its clear count."""
-
-    change: AlertChange
-    stage: Stage
-    clear_streak: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"change": self.change.to_dict(), "stage": self.stage, "clear": self.clear_streak}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> _Firing:
-        change = AlertChange.from_dict(data["change"])
-        if change.alertname not in (FAIL_SLOW, JOB_SLOW):
-            raise ValueError(f"not a fail-slow alert: {change.alertname!r}")
-        stage = next((s for s in STAGES if s == data.get("stage", "S1")), None)
-        if stage is None:
-            raise ValueError(f"unknown stage {data.get('stage')!r}; known: {', '.join(STAGES)}")
-        return cls(change, stage, int(data.get("clear", 0)))
-
-
-@dataclass(frozen=True)
 class FailSlowAlertState:
     """The firing alerts of one job, keyed by node ("" for the job alert)."""
 
-    firing: Mapping[str, _Firing] = field(default_factory=dict)
+    firing: Mapping[str, Firing] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"firing": {k: f.to_dict() for k, f in sorted(self.firing.items())}}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FailSlowAlertState:
-        return cls({str(k): _Firing.from_dict(v) for k, v in data.get("firing", {}).items()})
+        return cls({str(k): _firing_from_dict(v) for k, v in data.get("firing", {}).items()})
 
     def active(self) -> tuple[AlertChange, ...]:
         """Every firing alert (node alerts by node, then the job alert)."""
@@ -158,8 +137,8 @@ def step_failslow_alerts(
         text = _node_reason(verdict, culprit, onset_ts)
         if current is None:
             change = _node_change(group, bucket_ts, onset_ts, culprit, stage, text)
-            firing[node] = _Firing(change, stage)
-            changes.append(change)
+            firing[node], fired = observe(None, change, bucket_ts)
+            changes.extend(fired)
             continue
         firing[node], escalated = _refresh(current, stage, text, bucket_ts, culprit)
         changes.extend(escalated)
@@ -167,13 +146,13 @@ def step_failslow_alerts(
     for node in [n for n in firing if n and n not in culprits]:
         if unknown:
             continue
-        current = firing[node]
-        clear = current.clear_streak + 1
-        if clear >= params.resolve_after:
-            del firing[node]
-            changes.append(_resolved(current.change, bucket_ts, f"not blamed for {clear} buckets"))
-        else:
-            firing[node] = replace(current, clear_streak=clear)
+        kept, resolve = clear(
+            firing[node],
+            bucket_ts,
+            resolve_after=params.resolve_after,
+            why="not blamed for {n} buckets",
+        )
+        _settle(firing, node, kept, resolve, changes)
 
     changes.extend(_step_job_alert(firing, verdict, group, bucket_ts, onset_ts, stage, params))
     new = FailSlowAlertState(firing)
@@ -185,7 +164,7 @@ def step_failslow_alerts(
 
 
 def _step_job_alert(
-    firing: dict[str, _Firing],
+    firing: dict[str, Firing],
     verdict: FailSlowVerdict,
     group: str,
     bucket_ts: int,
@@ -201,25 +180,41 @@ def _step_job_alert(
             return []
         del firing[""]
         culprit_named = f"culprit named: {FAIL_SLOW} on {', '.join(nodes)}"
-        return [_resolved(current.change, bucket_ts, culprit_named)]
+        return [resolved(current.change, bucket_ts, culprit_named)]
     if verdict.slow and loc is None:
         return []  # unknown: neither fire nor count towards resolving
     if verdict.slow:
         text = _job_reason(verdict, onset_ts)
         if current is None:
             change = _job_change(group, bucket_ts, onset_ts, verdict, loc, stage, text)
-            firing[""] = _Firing(change, stage)
-            return [change]
+            firing[""], fired = observe(None, change, bucket_ts)
+            return fired
         firing[""], escalated = _refresh(current, stage, text, bucket_ts, None)
         return escalated
     if current is None:
         return []
-    clear = current.clear_streak + 1
-    if clear >= params.resolve_after:
-        del firing[""]
-        return [_resolved(current.change, bucket_ts, f"job not slow for {clear} buckets")]
-    firing[""] = replace(current, clear_streak=clear)
-    return []
+    kept, resolve = clear(
+        current, bucket_ts, resolve_after=params.resolve_after, why="job not slow for {n} buckets"
+    )
+    out: list[AlertChange] = []
+    _settle(firing, "", kept, resolve, out)
+    return out
+
+
+def _settle(
+    firing: dict[str, Firing],
+    key: str,
+    kept: Firing | None,
+    change: AlertChange | None,
+    changes: list[AlertChange],
+) -> None:
+    """Store what :func:`clear` left of an alert and send its resolve, if any."""
+    if kept is None:
+        del firing[key]
+    else:
+        firing[key] = kept
+    if change is not None:
+        changes.append(change)
 
 
 # -- building and refreshing alerts ------------------------------------------------------------
@@ -289,10 +284,11 @@ def _job_change(
 
 
 def _refresh(
-    current: _Firing, stage: Stage, reason: str, bucket_ts: int, culprit: Culprit | None
-) -> tuple[_Firing, list[AlertChange]]:
+    current: Firing, stage: Stage, reason: str, bucket_ts: int, culprit: Culprit | None
+) -> tuple[Firing, list[AlertChange]]:
     """Evidence again this bucket: new reason, stronger signals; a higher stage resolves the
-    alert with the old action and fires one with the new (``action`` is a label)."""
+    alert with the old action and fires one with the new (``action`` is a label). The stage
+    is never withdrawn while the alert fires."""
     change = replace(current.change, reason=reason, bucket_ts=bucket_ts)
     if (
         culprit is not None
@@ -301,19 +297,25 @@ def _refresh(
         and dict(change.labels).get("gpu") == culprit.gpu
     ):
         change = replace(change, score=culprit.confidence, signals=culprit.evidence)
-    if STAGES.index(stage) <= STAGES.index(current.stage):
-        # the stage is never withdrawn while the alert fires
-        change = replace(change, action=STAGE_ACTIONS[current.stage])
-        return _Firing(change, current.stage), []
-    old = _resolved(current.change, bucket_ts, f"escalated to {STAGE_ACTIONS[stage]}")
-    change = replace(change, action=STAGE_ACTIONS[stage])
-    return _Firing(change, stage), [old, change]
+    held = _stage(current.change)
+    top = stage if STAGES.index(stage) > STAGES.index(held) else held
+    proposed = replace(change, action=STAGE_ACTIONS[top])
+    return observe(current, proposed, bucket_ts, superseded=f"escalated to {STAGE_ACTIONS[stage]}")
 
 
-def _resolved(change: AlertChange, bucket_ts: int, why: str) -> AlertChange:
-    return replace(
-        change, status="resolved", bucket_ts=bucket_ts, reason=f"{why}; was: {change.reason}"
-    )
+def _stage(change: AlertChange) -> Stage:
+    """The stage an alert's ``action`` names."""
+    return next(s for s, action in STAGE_ACTIONS.items() if action == change.action)
+
+
+def _firing_from_dict(data: Mapping[str, Any]) -> Firing:
+    firing = Firing.from_dict(data)
+    if firing.change.alertname not in (FAIL_SLOW, JOB_SLOW):
+        raise ValueError(f"not a fail-slow alert: {firing.change.alertname!r}")
+    if firing.change.action not in STAGE_ACTIONS.values():
+        known = ", ".join(STAGE_ACTIONS.values())
+        raise ValueError(f"unknown stage action {firing.change.action!r}; known: {known}")
+    return firing
 
 
 def _slowdown_text(verdict: FailSlowVerdict, onset_ts: int) -> str:
