@@ -75,6 +75,8 @@ class AlertFamily:
             raise ValueError(f"{self.name}: severities must be distinct and at least one")
         if not set(self.drains) <= set(self.actions):
             raise ValueError(f"{self.name}: drains {self.drains} not among actions")
+        if self.drains and not self.node_level:
+            raise ValueError(f"{self.name}: a group-level alert names no node to drain")
 
     @property
     def severity(self) -> AlertSeverity:
@@ -185,10 +187,7 @@ REGISTRY: Mapping[str, AlertFamily] = {
             summary="group {group}: job slowed down, no node to blame",
             fire="at_once",
             resolve="resolve_after",
-            actions=_STAGES,
-            # the shipped drain route matches on action alone, so S4 reaches the hook
-            # even without a node to drain
-            drains=("S4_RESTART_WITHOUT_NODE",),
+            actions=_STAGES,  # no drains: there is no node to take out
         ),
     )
 }

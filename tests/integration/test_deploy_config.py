@@ -47,14 +47,17 @@ def test_the_config_passes_amtool() -> None:
         (["alertname=PeerwatchGroupDegraded", "severity=warning"], "default"),
         (["alertname=PeerwatchNodeDeviation", "severity=warning"], "default"),
         # the action label: a node to take out of service also goes to the drain hook
-        (["alertname=PeerwatchXid", "severity=critical", "action=CONTACT_SUPPORT"],
+        (["alertname=PeerwatchXid", "severity=critical", "action=CONTACT_SUPPORT", "node=gpu1"],
          "node-remediation,oncall"),
         (["alertname=PeerwatchXid", "severity=critical", "action=RESTART_APP"], "oncall"),
-        (["alertname=PeerwatchRowRemap", "severity=warning", "action=CONTACT_SUPPORT"],
+        (["alertname=PeerwatchRowRemap", "severity=warning", "action=CONTACT_SUPPORT", "node=gpu1"],
          "node-remediation"),
         (["alertname=PeerwatchFailSlow", "severity=warning", "action=S2_REBALANCE"], "default"),
-        (["alertname=PeerwatchFailSlow", "severity=warning", "action=S4_RESTART_WITHOUT_NODE"],
-         "node-remediation"),
+        (["alertname=PeerwatchFailSlow", "severity=warning", "action=S4_RESTART_WITHOUT_NODE",
+          "node=gpu1"], "node-remediation"),
+        # a job-level S4 names no node: nothing to drain
+        (["alertname=PeerwatchJobSlow", "severity=warning", "action=S4_RESTART_WITHOUT_NODE"],
+         "default"),
     ],
 )  # fmt: skip
 def test_routes(labels: list[str], receiver: str) -> None:

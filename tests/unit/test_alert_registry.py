@@ -78,10 +78,11 @@ def _cases() -> list[tuple[str, str, str | None]]:
 def test_the_shipped_routes_send_every_family_where_the_registry_says(
     alertname: str, severity: str, action: str | None
 ) -> None:
+    family = REGISTRY[alertname]
     labels = {"source": "peerwatch", "alertname": alertname, "severity": severity}
+    labels |= {"group": "job-1"} | ({"node": "gpu001"} if family.node_level else {})
     if action is not None:
         labels["action"] = action
-    family = REGISTRY[alertname]
     assert _receivers(ALERTMANAGER["route"], labels) == _expected(family, severity, action)
 
 
