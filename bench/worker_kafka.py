@@ -36,7 +36,7 @@ from aiokafka import AIOKafkaProducer
 
 from bench import worker as inproc
 from streams.frames import encode_frame
-from streams.services import KafkaKRaft, PeerwatchProcess, free_port, peerwatch_env
+from streams.lab.launchers import KafkaKRaft, PeerwatchProcess, free_port, peerwatch_env
 from streams.settings import Settings
 from streams.topics import ensure_topics
 
