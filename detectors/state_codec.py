@@ -31,6 +31,10 @@ T = TypeVar("T")
 
 _HOOK = "state_codec"
 _CHECK = "state_codec_check"
+_TRANSIENT = "state_codec_transient"
+
+TRANSIENT = {_TRANSIENT: True}
+"""``field(metadata=TRANSIENT)``: not persisted (rebuilt after a restore); takes its default."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +97,8 @@ class JsonState:
 def to_data(value: Any) -> Any:
     """``value`` as JSON-safe data (dataclasses by field, tuples as lists)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        if not isinstance(value, JsonState) and hasattr(value, "to_dict"):
+            return value.to_dict()  # a type with its own hand-written format
         out: dict[str, Any] = {}
         for f in _fields(type(value)):
             v = getattr(value, f.name)
@@ -178,6 +184,10 @@ def decode(hint: Any, data: Any, where: str) -> Any:
             for k, v in data.items()
         }
     if dataclasses.is_dataclass(hint) and isinstance(hint, type):
+        if not issubclass(hint, JsonState) and hasattr(hint, "from_dict"):
+            if not isinstance(data, Mapping):
+                raise ValueError(f"{where} must be a JSON object, got {type(data).__name__}")
+            return hint.from_dict(data)
         return from_data(hint, data, where)
     if hint is bool:
         if not isinstance(data, bool):
@@ -216,7 +226,9 @@ _HINTS: dict[type, dict[str, Any]] = {}
 
 def _fields(cls: type) -> tuple[dataclasses.Field[Any], ...]:
     if cls not in _FIELDS:  # a pure cache: the same value whenever it is computed
-        _FIELDS[cls] = tuple(f for f in dataclasses.fields(cls) if f.init)
+        _FIELDS[cls] = tuple(
+            f for f in dataclasses.fields(cls) if f.init and not f.metadata.get(_TRANSIENT)
+        )
     return _FIELDS[cls]
 
 

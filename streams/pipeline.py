@@ -50,6 +50,7 @@ from detectors.features import DEFAULT_BUCKET_MS, FeatureSpec, class_of
 from detectors.gpu_health import GpuHealthParams
 from detectors.group import BucketResult, GroupState, ScoringParams, score_bucket
 from detectors.phase import Phase
+from detectors.state_codec import TRANSIENT, JsonState
 from detectors.xid.catalog import XidCatalog
 from detectors.xid.events import XidEvent
 from streams.catalog import features_for, load_xid_catalog
@@ -70,23 +71,15 @@ class Scored:
 
 
 @dataclass
-class _FailSlowGroup:
+class _FailSlowGroup(JsonState):
     """One group's fail-slow state; ``window`` (the last buckets' node metrics) is not kept
     across restarts: it refills in ``localise_buckets`` buckets."""
 
     state: FailSlowState = field(default_factory=FailSlowState)
     alerts: FailSlowAlertState = field(default_factory=FailSlowAlertState)
-    window: list[tuple[int, Mapping[str, NodeMetrics]]] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"state": self.state.to_dict(), "alerts": self.alerts.to_dict()}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> _FailSlowGroup:
-        return cls(
-            FailSlowState.from_dict(data.get("state", {})),
-            FailSlowAlertState.from_dict(data.get("alerts", {})),
-        )
+    window: list[tuple[int, Mapping[str, NodeMetrics]]] = field(
+        default_factory=list, metadata=TRANSIENT
+    )
 
 
 class Pipeline:

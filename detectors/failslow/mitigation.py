@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from detectors.features import DEFAULT_BUCKET_MS
+from detectors.state_codec import FINITE_NON_NEGATIVE, JsonState
 
 __all__ = [
     "STAGES",
@@ -140,25 +141,12 @@ class Advice:
 
 
 @dataclass(frozen=True)
-class MitigationState:
+class MitigationState(JsonState):
     """Open episode: loss so far (GPU-s), slow buckets counted, highest stage advised."""
 
-    loss_gpu_s: float = 0.0
+    loss_gpu_s: float = field(default=0.0, metadata=FINITE_NON_NEGATIVE)
     buckets: int = 0
     stage: Stage = "S1"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"loss_gpu_s": self.loss_gpu_s, "buckets": self.buckets, "stage": self.stage}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> MitigationState:
-        stage = data.get("stage", "S1")
-        if stage not in STAGES:
-            raise ValueError(f"unknown stage {stage!r}")
-        loss = float(data.get("loss_gpu_s", 0.0))
-        if not (math.isfinite(loss) and loss >= 0):
-            raise ValueError(f"loss_gpu_s must be finite and >= 0, got {loss}")
-        return cls(loss_gpu_s=loss, buckets=int(data.get("buckets", 0)), stage=stage)
 
 
 def recovered_fraction(throughput_fraction: float, speedup: float) -> float:

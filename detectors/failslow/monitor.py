@@ -48,6 +48,7 @@ from detectors.failslow.mitigation import (
     step_mitigation,
 )
 from detectors.failslow.slo import SloParams, SloState, step_slo
+from detectors.state_codec import JsonState, decode, hook
 
 __all__ = ["FailSlowParams", "FailSlowState", "FailSlowVerdict", "step_failslow"]
 
@@ -79,41 +80,25 @@ class FailSlowParams:
         )
 
 
+def _finite_medians(data: Any, where: str) -> dict[str, float]:
+    # A non-finite median (saved before group_medians kept them finite) is dropped,
+    # not fatal: the reference refills with the next steady bucket.
+    medians = decode(dict[str, float], data, where)
+    return {k: v for k, v in medians.items() if math.isfinite(v)}
+
+
+_FINITE_MEDIANS = hook(dict, _finite_medians)
+
+
 @dataclass(frozen=True)
-class FailSlowState:
+class FailSlowState(JsonState):
     """Per-job state: the parts' states and the steady-state group medians."""
 
     changepoint: ChangePointState = field(default_factory=ChangePointState)
     cycles: CycleState = field(default_factory=CycleState)
     mitigation: MitigationState = field(default_factory=MitigationState)
     slo: SloState = field(default_factory=SloState)
-    reference: Mapping[str, float] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "changepoint": self.changepoint.to_dict(),
-            "cycles": self.cycles.to_dict(),
-            "mitigation": self.mitigation.to_dict(),
-            "slo": self.slo.to_dict(),
-            "reference": dict(self.reference),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> FailSlowState:
-        # A non-finite median (saved before group_medians kept them finite) is dropped,
-        # not fatal: the reference refills with the next steady bucket.
-        reference = {
-            str(k): float(v)
-            for k, v in data.get("reference", {}).items()
-            if math.isfinite(float(v))
-        }
-        return cls(
-            changepoint=ChangePointState.from_dict(data.get("changepoint", {})),
-            cycles=CycleState.from_dict(data.get("cycles", {})),
-            mitigation=MitigationState.from_dict(data.get("mitigation", {})),
-            slo=SloState.from_dict(data.get("slo", {})),
-            reference=reference,
-        )
+    reference: Mapping[str, float] = field(default_factory=dict, metadata=_FINITE_MEDIANS)
 
 
 @dataclass(frozen=True)
