@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Literal
+
+from detectors.state_codec import JsonState
 
 __all__ = ["Source", "XidEvent"]
 
@@ -12,7 +13,7 @@ Source = Literal["log", "metric"]
 
 
 @dataclass(frozen=True)
-class XidEvent:
+class XidEvent(JsonState):
     """One XID seen on one GPU, from a kernel log line or a DCGM gauge change.
 
     :func:`parse_kernel_line` knows only what the line says (PCI bus id, code,
@@ -41,36 +42,6 @@ class XidEvent:
     def with_origin(self, *, node: str, gpu: str, ts_ms: int) -> XidEvent:
         """The same event placed on a node, GPU and time."""
         return replace(self, node=node, gpu=gpu, ts_ms=int(ts_ms))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "xid": self.xid,
-            "source": self.source,
-            "raw": self.raw,
-            "node": self.node,
-            "gpu": self.gpu,
-            "ts_ms": self.ts_ms,
-            "pci_bus_id": self.pci_bus_id,
-            "pid": self.pid,
-            "process": self.process,
-            "substatus": self.substatus,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> XidEvent:
-        ts, pid = data.get("ts_ms"), data.get("pid")
-        return cls(
-            xid=int(data["xid"]),
-            source=data["source"],
-            raw=str(data.get("raw", "")),
-            node=_opt_str(data.get("node")),
-            gpu=_opt_str(data.get("gpu")),
-            ts_ms=None if ts is None else int(ts),
-            pci_bus_id=_opt_str(data.get("pci_bus_id")),
-            pid=None if pid is None else int(pid),
-            process=_opt_str(data.get("process")),
-            substatus=_opt_str(data.get("substatus")),
-        )
 
 
 def _opt_str(value: object) -> str | None:

@@ -28,7 +28,26 @@ def test_golden_snapshot_restores_and_is_written_back_unchanged(name: str) -> No
         pipeline = Pipeline.from_settings(SETTINGS)
         pipeline.restore(group, snap)
         again = json.loads(json.dumps(pipeline.snapshot(group), allow_nan=False))
-        assert again == snap
+        assert _without_lifecycle_bookkeeping(again) == _without_lifecycle_bookkeeping(snap)
+
+
+# The alert lifecycle's own counters, reshaped on purpose while the lifecycle became one
+# engine (05a8800 fail-slow: 'stage' read from the action, 'last' added; 00eb49c GPU
+# health: 'clear' added); snapshots without them still load. Everything else must match.
+_LIFECYCLE_KEYS = {"stage", "last", "clear"}
+
+
+def _without_lifecycle_bookkeeping(data: object) -> object:
+    if isinstance(data, dict):
+        is_firing_entry = "change" in data
+        return {
+            k: _without_lifecycle_bookkeeping(v)
+            for k, v in data.items()
+            if not (is_firing_entry and k in _LIFECYCLE_KEYS)
+        }
+    if isinstance(data, list):
+        return [_without_lifecycle_bookkeeping(v) for v in data]
+    return data
 
 
 @dataclass(frozen=True)
