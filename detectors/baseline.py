@@ -87,6 +87,7 @@ import numpy as np
 import numpy.typing as npt
 
 from detectors.arrays import BoolArray, FloatArray
+from detectors.checks import is_int, is_real
 
 __all__ = ["BaselineParams", "NodeBaselines", "update_and_residuals"]
 
@@ -101,14 +102,6 @@ CountArray = npt.NDArray[np.uint16]
 
 _FLOAT = np.dtype("<f8")
 _COUNT = np.dtype("<u2")
-
-
-def _is_int(x: object) -> bool:
-    return isinstance(x, int | np.integer) and not isinstance(x, bool)
-
-
-def _is_real(x: object) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
 @dataclass(frozen=True)
@@ -140,21 +133,21 @@ class BaselineParams:
 
     def __post_init__(self) -> None:
         h = self.half_life_buckets
-        if not (_is_real(h) and 0 < h <= _MAX_HALF_LIFE):
+        if not (is_real(h) and 0 < h <= _MAX_HALF_LIFE):
             raise ValueError(f"half_life_buckets must be in (0, {_MAX_HALF_LIFE:g}], got {h!r}")
         for name, upper in (("warmup_buckets", _MAX_COUNT), ("adopt_after", _MAX_COUNT)):
             value = getattr(self, name)
-            if not _is_int(value) or not 1 <= value <= upper:
+            if not is_int(value) or not 1 <= value <= upper:
                 raise ValueError(f"{name} must be an int in [1, {upper}], got {value!r}")
-        if not (_is_real(self.spread_floor) and self.spread_floor > 0):
+        if not (is_real(self.spread_floor) and self.spread_floor > 0):
             raise ValueError(f"spread_floor must be finite and > 0, got {self.spread_floor!r}")
-        if not (_is_real(self.huber_c) and self.huber_c > 0):
+        if not (is_real(self.huber_c) and self.huber_c > 0):
             raise ValueError(f"huber_c must be finite and > 0, got {self.huber_c!r}")
-        if not (_is_real(self.freeze_z) and self.freeze_z >= self.huber_c):
+        if not (is_real(self.freeze_z) and self.freeze_z >= self.huber_c):
             raise ValueError(
                 f"freeze_z must be finite and >= huber_c ({self.huber_c}), got {self.freeze_z!r}"
             )
-        if not _is_int(self.regimes) or not 1 <= self.regimes <= 16:
+        if not is_int(self.regimes) or not 1 <= self.regimes <= 16:
             raise ValueError(f"regimes must be an int in [1, 16], got {self.regimes!r}")
 
     @property
@@ -283,7 +276,7 @@ class NodeBaselines:
             features = tuple(str(f) for f in data["features"])
             nodes = tuple(str(n) for n in data["nodes"])
             regimes = data["regimes"]
-            if not _is_int(regimes) or not 1 <= regimes <= 16:
+            if not is_int(regimes) or not 1 <= regimes <= 16:
                 raise ValueError(f"regimes must be an int in [1, 16], got {regimes!r}")
             shape = (int(regimes), len(nodes), len(features))
             mean = _decode(data["mean"], _FLOAT, shape, "mean")
@@ -393,7 +386,7 @@ def update_and_residuals(
             f"learn_mask must have one flag per node ({n_nodes}) or per cell "
             f"({n_nodes}, {n_feat}), got {mask.shape}"
         )
-    if not _is_int(regime) or not 0 <= regime < params.regimes:
+    if not is_int(regime) or not 0 <= regime < params.regimes:
         raise ValueError(f"regime must be an int in [0, {params.regimes}), got {regime!r}")
 
     state = _aligned(baselines, node_list, names, params.regimes)

@@ -58,6 +58,7 @@ from typing import Any, Literal
 import numpy as np
 
 from detectors.arrays import BoolArray, FloatArray, IntArray
+from detectors.checks import is_real
 from detectors.fusion import Signal
 
 __all__ = ["GroupLevels", "GroupShift", "ShiftParams", "regime_check", "track_levels"]
@@ -66,10 +67,6 @@ __all__ = ["GroupLevels", "GroupShift", "ShiftParams", "regime_check", "track_le
 _MAX_LEVEL = 1e300
 
 ShiftDirection = Literal["up", "down"]
-
-
-def _is_real(x: object) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
 @dataclass(frozen=True)
@@ -83,16 +80,16 @@ class ShiftParams:
     shift_adopt_after: int = 40
 
     def __post_init__(self) -> None:
-        if not (_is_real(self.shift_threshold) and self.shift_threshold > 0):
+        if not (is_real(self.shift_threshold) and self.shift_threshold > 0):
             raise ValueError(
                 f"shift_threshold must be finite and > 0, got {self.shift_threshold!r}"
             )
-        if not (_is_real(self.shift_release) and 0 < self.shift_release <= self.shift_threshold):
+        if not (is_real(self.shift_release) and 0 < self.shift_release <= self.shift_threshold):
             raise ValueError(
                 f"shift_release must be in (0, shift_threshold={self.shift_threshold}], "
                 f"got {self.shift_release!r}"
             )
-        if not (_is_real(self.shift_alpha) and 0 < self.shift_alpha <= 1):
+        if not (is_real(self.shift_alpha) and 0 < self.shift_alpha <= 1):
             raise ValueError(f"shift_alpha must be in (0, 1], got {self.shift_alpha!r}")
         for name in ("shift_warmup", "shift_adopt_after"):
             value = getattr(self, name)
@@ -142,7 +139,7 @@ class GroupLevels:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> GroupLevels:
         def level(x: Any) -> float:
-            if not (_is_real(x) and abs(x) <= _MAX_LEVEL):
+            if not (is_real(x) and abs(x) <= _MAX_LEVEL):
                 raise ValueError(f"GroupLevels: level {x!r} is not a usable finite number")
             return float(x)
 

@@ -89,6 +89,7 @@ import numpy.typing as npt
 from river import stats
 
 from detectors.arrays import BoolArray, FloatArray
+from detectors.checks import is_int, is_real
 
 __all__ = ["GroupModel", "MultivariateParams"]
 
@@ -100,14 +101,6 @@ _TAIL_Q = 0.999
 _TAIL_Z = NormalDist().inv_cdf(_TAIL_Q)
 _SQRT2 = math.sqrt(2.0)
 _MAX_HALF_LIFE = 1e7
-
-
-def _is_int(x: object) -> bool:
-    return isinstance(x, int | np.integer) and not isinstance(x, bool)
-
-
-def _is_real(x: object) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
 @dataclass(frozen=True)
@@ -141,19 +134,19 @@ class MultivariateParams:
 
     def __post_init__(self) -> None:
         h = self.half_life_buckets
-        if not (_is_real(h) and 0 < h <= _MAX_HALF_LIFE):
+        if not (is_real(h) and 0 < h <= _MAX_HALF_LIFE):
             raise ValueError(f"half_life_buckets must be in (0, {_MAX_HALF_LIFE:g}], got {h!r}")
         for name in ("warmup_buckets", "learn_every", "calibration_min", "calibration_window"):
             value = getattr(self, name)
-            if not _is_int(value) or value < 1:
+            if not is_int(value) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        if not (_is_real(self.clip) and self.clip > 0):
+        if not (is_real(self.clip) and self.clip > 0):
             raise ValueError(f"clip must be finite and > 0, got {self.clip!r}")
-        if not (_is_real(self.var_floor) and self.var_floor > 0):
+        if not (is_real(self.var_floor) and self.var_floor > 0):
             raise ValueError(f"var_floor must be finite and > 0, got {self.var_floor!r}")
-        if not (_is_real(self.alpha) and 0 < self.alpha < 0.5):
+        if not (is_real(self.alpha) and 0 < self.alpha < 0.5):
             raise ValueError(f"alpha must be in (0, 0.5), got {self.alpha!r}")
-        if not (_is_real(self.min_present) and 0 < self.min_present <= 1):
+        if not (is_real(self.min_present) and 0 < self.min_present <= 1):
             raise ValueError(f"min_present must be in (0, 1], got {self.min_present!r}")
         if self.calibration_window < self.calibration_min:
             raise ValueError(
@@ -210,7 +203,7 @@ class GroupModel:
             raise ValueError("a GroupModel needs at least one feature")
         if len(set(names)) != len(names):
             raise ValueError("features must be unique")
-        if not _is_int(phase) or phase < 0:
+        if not is_int(phase) or phase < 0:
             raise ValueError(f"phase must be an int >= 0, got {phase!r}")
         self.features = names
         self.params = params
@@ -432,7 +425,7 @@ class GroupModel:
             n = len(model.features)
             counters = {k: data[k] for k in ("bucket", "learned", "rows")}
             for key, value in counters.items():
-                if not _is_int(value) or value < 0:
+                if not is_int(value) or value < 0:
                     raise ValueError(f"GroupModel.{key} must be an int >= 0, got {value!r}")
             mean = _decode(data["mean"], n, "mean")
             upper = _decode(data["m2_upper"], n * (n + 1) // 2, "m2_upper")
@@ -479,7 +472,7 @@ def _pickle_sketch(q: stats.Quantile) -> str:
 
 def _sketch_entry(entry: Any) -> tuple[stats.Quantile, int]:
     count = entry["count"]
-    if not _is_int(count) or count < 0:
+    if not is_int(count) or count < 0:
         raise ValueError(f"GroupModel.calibration count must be an int >= 0, got {count!r}")
     try:
         raw = base64.b64decode(str(entry["sketch"]).encode("ascii"), validate=True)

@@ -33,6 +33,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from detectors.checks import is_real
+
 __all__ = ["PHASES", "Phase", "PhaseName", "PhaseParams", "step_phase"]
 
 PhaseName = Literal["training", "save", "load", "idle"]
@@ -83,9 +85,9 @@ class PhaseParams:
     def __post_init__(self) -> None:
         for name in ("save_write_bytes_per_s", "load_read_bytes_per_s", "load_gpu_util_below"):
             value = getattr(self, name)
-            if not (_is_real(value) and value > 0):
+            if not (is_real(value) and value > 0):
                 raise ValueError(f"{name} must be finite and > 0, got {value!r}")
-        if not (_is_real(self.idle_gpu_util_below) and self.idle_gpu_util_below >= 0):
+        if not (is_real(self.idle_gpu_util_below) and self.idle_gpu_util_below >= 0):
             raise ValueError(f"idle_gpu_util_below must be >= 0, got {self.idle_gpu_util_below!r}")
         for name in ("reference_nodes", "max_save_buckets", "max_load_buckets"):
             value = getattr(self, name)
@@ -93,7 +95,7 @@ class PhaseParams:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
         for name in ("min_share", "share_floor"):
             value = getattr(self, name)
-            if not (_is_real(value) and 0 < value <= 1):
+            if not (is_real(value) and 0 < value <= 1):
                 raise ValueError(f"{name} must be in (0, 1], got {value!r}")
         if not (self.write_feature and self.read_feature and self.gpu_feature):
             raise ValueError("write_feature, read_feature and gpu_feature must name features")
@@ -194,11 +196,7 @@ def _burst(mean: float, rates: np.ndarray, per_node: float, params: PhaseParams)
 
 def _value(frame: Mapping[str, float] | None, feature: str) -> float:
     x = None if frame is None else frame.get(feature)
-    return float(x) if x is not None and _is_real(x) else math.nan
-
-
-def _is_real(x: object) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+    return float(x) if x is not None and is_real(x) else math.nan
 
 
 def _known(x: float) -> float | None:
