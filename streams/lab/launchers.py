@@ -81,8 +81,8 @@ def free_port() -> int:
 
 
 def repo_root() -> Path:
-    """The source checkout this module lives in (``streams/`` is one level down)."""
-    return Path(__file__).resolve().parent.parent
+    """The source checkout this module lives in (``streams/lab/`` is two levels down)."""
+    return Path(__file__).resolve().parents[2]
 
 
 class _ManagedProcess:
