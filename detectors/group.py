@@ -376,6 +376,12 @@ def score_bucket(
     if phase.expected:  # a save or a load: expected moves, not the group's usual level
         levels = state.levels
         held, collapse_only = _phase_held(held, specs, params.phase.steady)
+        if phase.name == "load" and phase.run == 1:
+            # The job (re)started inside this bucket: which side of that instant each
+            # node's scrape fell on (offsets spread over the interval) sets its rates and
+            # processes, not its health. Hard signatures are judged from the next one
+            # (a save's first bucket is judged at once: its dip is too short to mimic one).
+            held, collapse_only = held | collapse_only, np.zeros_like(collapse_only)
     moved = held | collapse_only
     z, median = stats.z, stats.median
     if roles:
@@ -420,7 +426,7 @@ def score_bucket(
             fused,
             shifts,
             state.alerts,
-            regime_check(moved_names, levels, names, abs_floor, params.shift),
+            regime_check(moved_names, stats.median, names, abs_floor, params.shift),
             members,
             params.max_signals,
             _exporter_gaps(values, stats.present, reporting, names, params),

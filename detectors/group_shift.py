@@ -324,7 +324,7 @@ def _optional(values: FloatArray) -> tuple[float | None, ...]:
 
 def regime_check(
     held: Collection[str],
-    levels: GroupLevels,
+    current: FloatArray,
     names: Sequence[str],
     abs_floor: FloatArray,
     params: ShiftParams,
@@ -332,26 +332,26 @@ def regime_check(
     """Whether a signal of an open alert can no longer be judged against the peers.
 
     True when its feature is held this bucket (shifted, or moved by a phase), or
-    when the alert saw it against a peer median that is not the group's usual
-    level now (more than the shift threshold apart): the culprit's Collapse seen
-    at 300 K interrupts/s says nothing once a long job death has made 50 K/s the
-    usual level. It can be judged again when the group comes back (home) or from
-    a new alert.
+    when the peers have moved from the median the alert saw toward the node's own
+    value (more than the shift threshold): the culprit's Collapse seen at 300 K
+    interrupts/s says nothing once the job died and its peers sit at 50 K/s with
+    it. A group that moved the other way (an alert fired in a transition, at a
+    median below the job's usual level, and the job then ran at its usual level)
+    judges the node as it is now; comparing with the group's *usual* level instead
+    held such an alert open for ever.
     """
     thr = params.shift_threshold
-    usual: dict[str, tuple[float, float]] = {}  # feature → (level, tolerance), built on first use
+    now = dict(zip(names, current.tolist(), strict=True))
+    floors = dict(zip(names, abs_floor.tolist(), strict=True))
 
     def unjudgeable(signal: Signal) -> bool:
         if signal.feature in held:
             return True
-        if not usual:
-            floors = dict(zip(names, abs_floor.tolist(), strict=True))
-            usual.update(
-                (f, (level, max(thr * abs(level), floors[f])))
-                for f, level, seen in zip(levels.features, levels.level, levels.seen, strict=True)
-                if seen >= params.shift_warmup and f in floors
-            )
-        level, tolerance = usual.get(signal.feature, (math.nan, math.nan))
-        return math.isfinite(signal.median) and abs(signal.median - level) > tolerance
+        median, level = signal.median, now.get(signal.feature, math.nan)
+        if not (math.isfinite(median) and math.isfinite(level) and math.isfinite(signal.value)):
+            return False
+        tolerance = max(thr * abs(median), floors.get(signal.feature, 0.0))
+        toward_node = (median - level) * math.copysign(1.0, median - signal.value)
+        return toward_node > tolerance
 
     return unjudgeable

@@ -19,6 +19,7 @@ from tests.unit.test_group_shift import (
     NODES,
     Frames,
     collapsed,
+    idle,
     loading,
     run,
     saving,
@@ -32,6 +33,7 @@ BYTES = {  # (write, read) bytes/s per node
     training: (0.5 * MB, 0.3 * MB),
     saving: (700 * MB, 0.3 * MB),
     loading: (0.5 * MB, 133 * MB),
+    idle: (0.5 * MB, 0.3 * MB),
 }
 Gen = Callable[[np.random.Generator], dict[str, float]]
 
@@ -100,6 +102,33 @@ def test_collapse_during_a_load_still_pages() -> None:
     _, results = run(frames)
     assert (35, NODE_COLLAPSE, CULPRIT, "firing") in fired(results)
     assert all(t[2] == CULPRIT for t in fired(results))
+
+
+def test_a_node_scraped_before_the_restart_in_the_loads_first_bucket_is_not_paged() -> None:
+    """The job restarts inside a bucket; one node's scrape (early in the interval) still saw
+    the dead job: interrupts and processes at the idle level while its peers load. Its next
+    bucket is like theirs: nothing to page (a critical page at every restart before)."""
+    frames = buckets((training, 20), (idle, 8), (loading, 30), (training, 10))
+    rng = np.random.default_rng(5)
+    frames[28][CULPRIT] = {**frames[28][CULPRIT], **{k: idle(rng)[k] for k in ("intr_rate",
+                           "procs_running")}}  # fmt: skip
+    _, results = run(frames)
+    assert results[28].phase is not None and results[28].phase.name == "load"
+    assert results[28].phase.run == 1
+    assert not [t for t in fired(results) if t[1] == NODE_COLLAPSE]
+
+
+def test_a_collapse_seen_in_a_load_resolves_once_the_node_is_back() -> None:
+    """Seen against the load's median (160 K interrupts/s, not the job's usual 300 K), a
+    collapse is judged again when the node is back: it resolves (it stayed open for ever
+    while it was compared with the usual level)."""
+    frames = buckets((training, 20), (loading, 30), (training, 30))
+    for b in (35, 36, 37):
+        frames[b][CULPRIT] = {**frames[b][CULPRIT], "intr_rate": 20_000.0, "procs_running": 0.0}
+    _, results = run(frames)
+    changes = [t for t in transitions(results) if t[1] == NODE_COLLAPSE]  # type: ignore[arg-type]
+    assert changes[0] == (35, NODE_COLLAPSE, CULPRIT, "firing")
+    assert changes[-1][3] == "resolved" and changes[-1][0] < 79
 
 
 def test_error_counters_are_judged_during_a_load() -> None:
