@@ -153,7 +153,7 @@ def test_decision_times_read_the_workers_own_log_format() -> None:
             f"alert_{status} alertname=PeerwatchNodeCollapse group=g node=n1 bucket={bucket} "
             "score=1", None, None,
         )  # fmt: skip
-        rec.created = created
+        rec.created, rec.msecs = created, (created % 1) * 1000  # msecs: the record's own, not now's
         lines.append(formatter.format(rec))
     times = decision_times(["\n".join(lines)])
     fired = times[("firing", "PeerwatchNodeCollapse", "g", "n1", 30000)]
