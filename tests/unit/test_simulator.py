@@ -579,14 +579,14 @@ def test_first_save_s_places_the_first_save() -> None:
     assert start == S + 95_000
 
 
-def test_a_round_of_63_nodes_takes_a_few_ms() -> None:
-    sim = ClusterSimulator(ClusterConfig())
-    sim.scrape(S)
-    began = time.process_time()
-    for k in range(1, 101):
-        sim.scrape(S + k * I)
-    per_round = (time.process_time() - began) / 100
-    assert per_round < 0.02, f"{per_round * 1000:.1f} ms per round"
+def test_the_same_config_scrapes_the_same_rounds() -> None:
+    """Seeded: two simulators of one config give identical rounds, so every evaluation and
+    benchmark figure can be rerun (its speed is ``bench.ingest_bench``'s business: a timed
+    assertion here is one a loaded CI machine fails)."""
+    one, two = ClusterSimulator(ClusterConfig()), ClusterSimulator(ClusterConfig())
+    for k in range(3):
+        a, b = one.scrape(S + k * I), two.scrape(S + k * I)
+        assert [(s.labels, s.samples) for s in a] == [(s.labels, s.samples) for s in b]
 
 
 # --- remote_write --------------------------------------------------------------------------
