@@ -1,4 +1,5 @@
-"""The words every alert module shares: a signal, a severity, an alert change and its identity.
+"""The words every alert module shares: a signal, a severity, an alert change and its identity,
+and the advice an advisor gives.
 
 Below every detector family (nothing here imports another detectors module), so
 an alert module names a :class:`Signal` or builds an :class:`AlertChange`
@@ -14,6 +15,7 @@ from typing import Any, Literal
 
 __all__ = [
     "SEVERITIES",
+    "Advice",
     "AlertChange",
     "AlertKey",
     "AlertSeverity",
@@ -189,4 +191,59 @@ class AlertChange:
             labels=tuple(sorted((d.get("labels") or {}).items())),
             lead_s=d.get("lead_s"),
             annotations=tuple(sorted((d.get("annotations") or {}).items())),
+        )
+
+
+Figure = float | int | str | None
+
+
+@dataclass(frozen=True)
+class Advice:
+    """A recommendation, not an alert: what an operator or a scheduler could do next.
+
+    Advisors (checkpoint I/O and interval, retries, the node-health ledger) say
+    it; it is never paged. ``advisor`` names who says it, ``kind`` what it
+    advises (e.g. ``lengthen_interval``, ``exclude_node``); ``summary`` is one
+    sentence with the figures, ``figures`` the numbers behind it (JSON-safe),
+    ``action`` a machine-readable next step for a scheduler where there is one.
+    ``node`` is None for advice about the group or job as a whole; ``nodes``
+    names every node it concerns (e.g. the nodes to exclude).
+    """
+
+    advisor: str
+    kind: str
+    group: str
+    bucket_ts: int
+    summary: str
+    node: str | None = None
+    nodes: tuple[str, ...] = ()
+    figures: tuple[tuple[str, Figure], ...] = ()
+    action: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "advisor": self.advisor,
+            "kind": self.kind,
+            "group": self.group,
+            "bucket_ts": self.bucket_ts,
+            "summary": self.summary,
+            "node": self.node,
+            "nodes": list(self.nodes),
+            "figures": {k: json_float(v) if isinstance(v, float) else v for k, v in self.figures},
+            "action": self.action,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Advice:
+        figures = d.get("figures") or {}
+        return cls(
+            advisor=str(d["advisor"]),
+            kind=str(d["kind"]),
+            group=str(d["group"]),
+            bucket_ts=int(d["bucket_ts"]),
+            summary=str(d["summary"]),
+            node=None if d.get("node") is None else str(d["node"]),
+            nodes=tuple(str(n) for n in d.get("nodes") or ()),
+            figures=tuple(sorted(figures.items())),
+            action=None if d.get("action") is None else str(d["action"]),
         )
