@@ -205,22 +205,16 @@ def test_rejects_malformed_input(matrix, abs_floor, rel_floor, min_peers) -> Non
         peer_zscores(matrix, abs_floor, rel_floor, min_peers)
 
 
-def test_sixty_by_305_is_fast() -> None:
-    """One 60-node group of ~305 features scores in well under a few milliseconds."""
-    import time
-
+def test_sixty_by_305_matches_the_reference() -> None:
+    """A real group's shape (60 nodes, ~305 features, 5 % missing) gives the formula's z
+    everywhere (``python -m bench.peer_zscores`` times it beside np.nanmedian)."""
     rng = np.random.default_rng(7)
     m = rng.normal(size=(60, 305))
     m[rng.random(m.shape) < 0.05] = np.nan
     a_floor, r_floor = floors(305)
-    peer_zscores(m, a_floor, r_floor, 8)
-    best = min(
-        _timed(lambda: peer_zscores(m, a_floor, r_floor, 8), time.perf_counter) for _ in range(20)
-    )
-    assert best < 5e-3  # typically ~0.25 ms; generous bound for loaded CI machines
-
-
-def _timed(fn, clock) -> float:
-    start = clock()
-    fn()
-    return clock() - start
+    s = peer_zscores(m, a_floor, r_floor, 8)
+    med = np.nanmedian(m, axis=0)
+    mad = np.nanmedian(np.abs(m - med), axis=0)
+    scale = MAD_TO_SIGMA * mad + np.maximum(a_floor, r_floor * np.abs(med))
+    np.testing.assert_allclose(s.z, (m - med) / scale, rtol=1e-12, atol=1e-12)
+    assert (np.isnan(s.z) == np.isnan(m)).all()
