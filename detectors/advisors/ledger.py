@@ -1,0 +1,310 @@
+"""The node-health ledger: a rolling per-node record of alerts, XIDs and exclusions.
+
+Report 000 found exclusions concentrated (the top 3 of 63 nodes took over half
+of them over 224 sessions) and operators comparing nodes' XID counts by hand.
+The ledger keeps, per node and within ``window_s``, the times of its alerts,
+its XIDs by code and its exclusions (a node in a job's previous attempt and not
+in the next: what the scheduler did), and says so once when:
+
+* ``exclusions_concentrated``: the ``top_k`` nodes hold more than
+  ``concentration_share`` of the group's exclusions (from ``min_exclusions`` on);
+* ``chronic_node``: a node was excluded ``chronic_exclusions`` times, or raised
+  ``chronic_alerts`` alerts and XIDs;
+* ``xid_above_peers``: an application-class XID (13, 31, 43, 45: usually the
+  job's fault) recurs on a node ``peer_ratio`` times above its peers' mean count
+  (floored at ``peer_floor``, from ``min_app_xids`` on): then it is the node's;
+* ``returned_after_xid``: a node is placed in a job within ``return_window_s``
+  of an XID whose action is at least ``return_min_action`` (a reboot, support).
+
+A flag is advised when it rises; it rises again only after it has cleared
+(window, or :func:`reset_counts`). Functions update the state in place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from detectors.advisors.jobs import JobEvent
+from detectors.checks import is_int, is_real
+from detectors.families import XID_ALERT
+from detectors.state_codec import JsonState
+from detectors.vocabulary import Advice, AlertChange, Figure
+from detectors.xid.actions import action_rank, is_action
+
+__all__ = [
+    "ADVISOR",
+    "LedgerParams",
+    "LedgerState",
+    "NodeRecord",
+    "concentration",
+    "observe_job",
+    "reset_counts",
+    "step_ledger",
+    "xid_counts",
+]
+
+ADVISOR = "ledger"
+MAX_ENTRIES = 10_000  # per node and kind: a bound far above a window's worth
+
+
+@dataclass(frozen=True)
+class LedgerParams:
+    window_s: float = 14 * 86_400.0
+    top_k: int = 3
+    concentration_share: float = 0.5
+    min_exclusions: int = 10
+    chronic_exclusions: int = 3
+    chronic_alerts: int = 10
+    app_xids: tuple[int, ...] = (13, 31, 43, 45)
+    peer_ratio: float = 5.0
+    peer_floor: float = 0.5
+    min_app_xids: int = 3
+    return_window_s: float = 3600.0
+    return_min_action: str = "RESTART_VM"
+
+    def __post_init__(self) -> None:
+        for name in ("window_s", "return_window_s", "peer_floor"):
+            value = getattr(self, name)
+            if not is_real(value) or value <= 0:
+                raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+        if not is_real(self.peer_ratio) or self.peer_ratio < 1:
+            raise ValueError(f"peer_ratio must be >= 1, got {self.peer_ratio!r}")
+        share = self.concentration_share
+        if not is_real(share) or not 0 < share < 1:
+            raise ValueError(f"concentration_share must be in (0, 1), got {share!r}")
+        counts = ("top_k", "min_exclusions", "chronic_exclusions", "chronic_alerts", "min_app_xids")
+        for name in counts:
+            value = getattr(self, name)
+            if not is_int(value) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if any(not is_int(x) or x < 1 for x in self.app_xids):
+            raise ValueError(f"app_xids must be XIDs (ints >= 1), got {self.app_xids!r}")
+        if not is_action(self.return_min_action):
+            raise ValueError(f"return_min_action: unknown action {self.return_min_action!r}")
+
+
+@dataclass
+class NodeRecord(JsonState):
+    alerts: list[int] = field(default_factory=list)  # firing times (ms), XIDs excluded
+    xids: dict[int, list[int]] = field(default_factory=dict)  # code -> times
+    exclusions: list[int] = field(default_factory=list)
+    serious_xid: tuple[int, int, str] | None = None  # (ts, xid, action) of its last serious XID
+    flags: list[str] = field(default_factory=list)  # raised and not cleared
+    seen: int = 0  # last time it was in the group
+
+    def empty(self) -> bool:
+        return not (self.alerts or self.exclusions or any(self.xids.values()))
+
+
+@dataclass
+class LedgerState(JsonState):
+    nodes: dict[str, NodeRecord] = field(default_factory=dict)
+    attempts: dict[str, list[str]] = field(default_factory=dict)  # job name -> last nodes
+    concentrated: bool = False
+    now: int = 0
+
+
+def _record(state: LedgerState, node: str, ts: int) -> NodeRecord:
+    rec = state.nodes.get(node)
+    if rec is None:
+        rec = state.nodes[node] = NodeRecord()
+    rec.seen = max(rec.seen, ts)
+    return rec
+
+
+def _push(times: list[int], ts: int) -> None:
+    times.append(ts)
+    del times[:-MAX_ENTRIES]
+
+
+def step_ledger(
+    state: LedgerState,
+    params: LedgerParams,
+    group: str,
+    ts: int,
+    nodes: Iterable[str],
+    changes: Iterable[AlertChange],
+) -> list[Advice]:
+    """One scored bucket: its nodes (each one a peer) and its alert changes; flags that rose."""
+    for node in nodes:
+        _record(state, node, ts)
+    for change in changes:
+        if change.status != "firing" or change.node is None:
+            continue
+        rec = _record(state, change.node, ts)
+        if change.alertname == XID_ALERT:
+            xid = round(change.score)  # an XID alert's score is its XID (gpu_health)
+            _push(rec.xids.setdefault(xid, []), change.bucket_ts)
+            action = change.action or ""
+            if is_action(action) and action_rank(action) >= action_rank(params.return_min_action):
+                rec.serious_xid = (change.bucket_ts, xid, action)
+        else:
+            _push(rec.alerts, change.bucket_ts)
+    return _review(state, params, group, ts)
+
+
+def observe_job(state: LedgerState, params: LedgerParams, event: JobEvent) -> list[Advice]:
+    """A job event: a new attempt's nodes give the exclusions since its last one, and any node
+    placed back too soon after a serious XID."""
+    if event.state in ("completed", "cancelled"):
+        state.attempts.pop(event.name, None)
+        return []
+    if event.state != "running":
+        return []
+    out = []
+    before = state.attempts.get(event.name)
+    for node in sorted(set(before or ()) - set(event.nodes)):
+        _push(_record(state, node, event.ts).exclusions, event.ts)
+    state.attempts[event.name] = sorted(event.nodes)
+    for node in sorted(event.nodes):
+        rec = _record(state, node, event.ts)
+        if rec.serious_xid is None:
+            continue
+        at, xid, action = rec.serious_xid
+        if 0 <= event.ts - at <= params.return_window_s * 1000:
+            rec.serious_xid = None  # said once per XID
+            minutes = (event.ts - at) / 60_000
+            out.append(
+                _advice(
+                    "returned_after_xid",
+                    event.peer_group,
+                    event.ts,
+                    f"{node} was placed in {event.name} {minutes:.0f} min after XID {xid} "
+                    f"({action}): check it was repaired",
+                    node,
+                    {"job": event.name, "xid": xid, "xid_action": action, "minutes": minutes},
+                    "HOLD_NODE",
+                )
+            )
+    return out + _review(state, params, event.peer_group, event.ts)
+
+
+def reset_counts(state: LedgerState, node: str, xid: int | None = None) -> None:
+    """Forget ``node``'s XID counts (one code, or all with its alerts and exclusions): it was
+    repaired."""
+    rec = state.nodes.get(node)
+    if rec is None:
+        return
+    if xid is not None:
+        rec.xids.pop(xid, None)
+        return
+    rec.alerts, rec.xids, rec.exclusions, rec.serious_xid = [], {}, [], None
+
+
+def xid_counts(state: LedgerState) -> dict[str, dict[int, int]]:
+    """node -> XID code -> times in the window (nodes with any only)."""
+    return {
+        node: {code: len(ts) for code, ts in sorted(rec.xids.items()) if ts}
+        for node, rec in sorted(state.nodes.items())
+        if any(rec.xids.values())
+    }
+
+
+def concentration(state: LedgerState, params: LedgerParams) -> tuple[float | None, list[str]]:
+    """The top-k nodes' share of the window's exclusions (None without any) and those nodes."""
+    counts = sorted(
+        ((len(r.exclusions), n) for n, r in state.nodes.items() if r.exclusions),
+        key=lambda cn: (-cn[0], cn[1]),
+    )
+    total = sum(c for c, _ in counts)
+    if not total:
+        return None, []
+    top = counts[: params.top_k]
+    return sum(c for c, _ in top) / total, [n for _, n in top]
+
+
+def _prune(state: LedgerState, params: LedgerParams, now: int) -> None:
+    horizon = now - params.window_s * 1000
+    for node, rec in list(state.nodes.items()):
+        rec.alerts = [t for t in rec.alerts if t > horizon]
+        rec.exclusions = [t for t in rec.exclusions if t > horizon]
+        kept = {c: [t for t in ts if t > horizon] for c, ts in rec.xids.items()}
+        rec.xids = {c: ts for c, ts in kept.items() if ts}
+        if rec.empty() and rec.seen <= horizon:
+            del state.nodes[node]
+
+
+def _review(state: LedgerState, params: LedgerParams, group: str, ts: int) -> list[Advice]:
+    state.now = max(state.now, ts)
+    _prune(state, params, state.now)
+    out = []
+    share, top = concentration(state, params)
+    total = sum(len(r.exclusions) for r in state.nodes.values())
+    concentrated = (
+        share is not None and total >= params.min_exclusions and share > params.concentration_share
+    )
+    if concentrated and not state.concentrated:
+        out.append(
+            _advice(
+                "exclusions_concentrated",
+                group,
+                ts,
+                f"the top {len(top)} of {len(state.nodes)} nodes ({', '.join(top)}) took "
+                f"{share:.0%} of {total} exclusions: diagnose them rather than rotate them out",
+                None,
+                {"share": share, "exclusions": total, "nodes": len(state.nodes), "top_k": len(top)},
+                None,
+                nodes=tuple(top),
+            )
+        )
+    state.concentrated = concentrated
+    peers = len(state.nodes)
+    totals = {c: sum(len(r.xids.get(c, ())) for r in state.nodes.values()) for c in params.app_xids}
+    for node, rec in sorted(state.nodes.items()):
+        flags: dict[str, Advice] = {}
+        excluded, alerts = len(rec.exclusions), len(rec.alerts) + sum(map(len, rec.xids.values()))
+        if excluded >= params.chronic_exclusions or alerts >= params.chronic_alerts:
+            flags["chronic"] = _advice(
+                "chronic_node",
+                group,
+                ts,
+                f"{node}: {excluded} exclusions and {alerts} alerts/XIDs in the last "
+                f"{params.window_s / 86400:g} days: take it out for diagnosis",
+                node,
+                {"exclusions": excluded, "alerts": alerts},
+                "DRAIN_AND_DIAGNOSE",
+            )
+        for code in params.app_xids:
+            mine = len(rec.xids.get(code, ()))
+            if mine < params.min_app_xids or peers < 2:
+                continue
+            peer_mean = (totals[code] - mine) / (peers - 1)
+            if mine > params.peer_ratio * max(peer_mean, params.peer_floor):
+                flags[f"xid{code}"] = _advice(
+                    "xid_above_peers",
+                    group,
+                    ts,
+                    f"{node}: XID {code} {mine} times against a peer mean of {peer_mean:.2f} "
+                    "(an application-class XID this far above its peers is the node's): "
+                    "run diagnostics",
+                    node,
+                    {"xid": code, "count": mine, "peer_mean": peer_mean, "peers": peers - 1},
+                    "RUN_DIAGNOSTICS",
+                )
+        out.extend(advice for flag, advice in flags.items() if flag not in rec.flags)
+        rec.flags = sorted(flags)
+    return out
+
+
+def _advice(
+    kind: str,
+    group: str,
+    ts: int,
+    summary: str,
+    node: str | None,
+    figures: dict[str, Figure],
+    action: str | None,
+    nodes: tuple[str, ...] | None = None,
+) -> Advice:
+    return Advice(
+        advisor=ADVISOR,
+        kind=kind,
+        group=group,
+        bucket_ts=ts,
+        summary=summary,
+        node=node,
+        nodes=nodes if nodes is not None else ((node,) if node else ()),
+        figures=tuple(sorted(figures.items())),
+        action=action,
+    )
