@@ -3,21 +3,22 @@
     python -m bench.worker_kafka [--nodes 2500] [--buckets 6] [--workers 1]
 
 A single-node KRaft broker (``scripts/kafka/kafka-kraft``) gets the frames topic
-of a fresh run (``topic_partitions`` = ``--partitions``) pre-loaded with
-``--nodes`` nodes' frames for ``--buckets`` buckets, encoded and keyed by group
-as the ingest writes them (``bench.worker``'s fleet: the simulated ``gpu-slow``
-job copied into groups of 60). Then ``--workers`` ``peerwatch worker``
-processes start on it; the bench polls their ``/metrics`` until every frame is
-counted (``peerwatch_worker_frames``) and reads each child's CPU seconds from
-``/proc`` (user + system) when it is ready and when it is done. Printed beside
-the baseline of the same run (``bench.worker.run``, the in-process Pipeline on
-the same frames): fleet CPU seconds per 30-s bucket, and per node.
+of a fresh run (``topic_partitions`` = ``--partitions``); ``--workers``
+``peerwatch worker`` processes start on it, and once every one is ready and
+together they own each partition (``peerwatch_worker_partitions``), ``--nodes``
+nodes' frames for ``--buckets`` buckets are sent, encoded and keyed by group as
+the ingest writes them (``bench.worker``'s fleet: the simulated ``gpu-slow`` job
+copied into groups of 60). The bench polls the workers' ``/metrics`` until every
+frame is counted (``peerwatch_worker_frames``) and reads each child's CPU seconds
+from ``/proc`` (user + system) before the first frame is sent and when the last
+is counted. Printed beside the baseline of the same run (``bench.worker.run``,
+the in-process Pipeline on the same frames): fleet CPU seconds per 30-s bucket,
+and per node.
 
-The worker's start (Faust, topic and changelog set-up) is not in the figure: the
-CPU count starts once a worker is ready; the frames are already on the topic, so
-the figure holds the fetch, Faust's stream, the decode and the Pipeline. The
-baseline times every bucket but the first two (they close on grace); the Kafka
-figure is the whole run divided by ``--buckets``. No figure here is
+The workers' start (Faust, topic and changelog set-up, the group's rebalances)
+is not in the figure; it holds the fetch, Faust's stream, the decode and the
+Pipeline. The baseline times every bucket but the first two (they close on
+grace); the Kafka figure is the whole run divided by ``--buckets``. No figure here is
 asserted anywhere.
 """
 
@@ -30,6 +31,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
@@ -41,6 +43,7 @@ from streams.settings import Settings
 from streams.topics import ensure_topics
 
 _TICKS = os.sysconf("SC_CLK_TCK")
+SETTLE_S = 2.0
 
 
 def cpu_seconds(pid: int) -> float:
@@ -66,7 +69,8 @@ async def preload(bootstrap: str, topic: str, fleet: inproc.Fleet, buckets: int)
     return sent
 
 
-def _frames_counted(port: int) -> float:
+def _sample(port: int, metric: str) -> float:
+    """The sum of ``metric``'s samples on a worker's ``/metrics`` (0 while it does not answer)."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
             page = reply.read().decode()
@@ -75,8 +79,23 @@ def _frames_counted(port: int) -> float:
     return sum(
         float(line.rsplit(" ", 1)[1])
         for line in page.splitlines()
-        if line.startswith("peerwatch_worker_frames_total")
+        if line.startswith((f"{metric} ", f"{metric}{{"))
     )
+
+
+def wait_settled(ports: Sequence[int], partitions: int, timeout_s: float) -> None:
+    """Until every worker is ready and together they own each partition, twice in a row
+    ``SETTLE_S`` apart: frames sent before the last join would go to the first worker
+    and be read again after the rebalance, so the figure would count the group's churn."""
+    deadline = time.monotonic() + timeout_s
+    seen = 0
+    while seen < 2:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(ports)} workers did not settle on {partitions} partitions")
+        ready = all(_sample(p, "peerwatch_worker_ready") == 1 for p in ports)
+        owned = sum(_sample(p, "peerwatch_worker_partitions") for p in ports)
+        seen = seen + 1 if ready and owned == partitions else 0
+        time.sleep(SETTLE_S)
 
 
 def through_kafka(
@@ -99,7 +118,6 @@ def through_kafka(
     )
     settings = Settings(**{k.removeprefix("PEERWATCH_").lower(): v for k, v in base.items()})
     asyncio.run(ensure_topics(settings))
-    total = asyncio.run(preload(bootstrap, settings.topic_frames, fleet, buckets))
     procs, ports = [], []
     for i in range(workers):
         port = free_port()
@@ -116,19 +134,22 @@ def through_kafka(
         )
         ports.append(port)
     try:
-        for p in procs:
-            p.start()
+        # started (and stopped) together: they join the group in one rebalance, not one each
+        with ThreadPoolExecutor(len(procs)) as pool:
+            list(pool.map(PeerwatchProcess.start, procs))
+        wait_settled(ports, partitions, timeout_s)
         start_cpu = [cpu_seconds(p.pid) for p in procs if p.pid]
         started = time.monotonic()
-        while sum(_frames_counted(port) for port in ports) < total:
+        total = asyncio.run(preload(bootstrap, settings.topic_frames, fleet, buckets))
+        while sum(_sample(port, "peerwatch_worker_frames_total") for port in ports) < total:
             if time.monotonic() - started > timeout_s:
                 raise TimeoutError(f"workers did not count {total} frames in {timeout_s:.0f} s")
             time.sleep(0.5)
         wall = time.monotonic() - started
         spent = sum(cpu_seconds(p.pid) for p in procs if p.pid) - sum(start_cpu)
     finally:
-        for p in procs:
-            p.stop()
+        with ThreadPoolExecutor(len(procs)) as pool:
+            list(pool.map(PeerwatchProcess.stop, procs))
     return spent, wall
 
 

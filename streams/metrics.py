@@ -154,6 +154,11 @@ class WorkerMetrics:
             "1 while /-/ready answers 200 (assigned, state restored, agent running, Kafka up)",
             registry=r,
         )
+        self.partitions = Gauge(
+            "peerwatch_worker_partitions",
+            "frames partitions of this worker's last assignment (a skew shows across workers)",
+            registry=r,
+        )
         self.consumer_lag = Gauge(
             "peerwatch_worker_consumer_lag",
             "messages of the frames topic this worker has not read yet, per assigned partition",

@@ -49,6 +49,7 @@ class WorkerHealth:
 
     def assigned(self, partitions: int) -> None:
         self.partitions = partitions
+        self.metrics.partitions.set(partitions)
         self._update()
 
     def rebalance_complete(self) -> None:

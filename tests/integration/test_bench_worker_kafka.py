@@ -1,4 +1,5 @@
-"""bench.worker_kafka, tiny: a real worker counts every pre-loaded frame and uses CPU."""
+"""bench.worker_kafka, tiny: two real workers settle on the partitions, then count every
+frame sent and use CPU."""
 
 from __future__ import annotations
 
@@ -8,16 +9,16 @@ from bench import worker as inproc
 from bench import worker_kafka
 
 
-def test_worker_counts_every_preloaded_frame(kafka_bootstrap: str, tmp_path: Path) -> None:
+def test_workers_count_every_frame_sent_once_they_settled(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
     tmpl, _ = inproc.template("gpu-slow", 2000, 2)
     fleet = inproc.Fleet(tmpl, 90)  # two groups on two partitions
-    # one worker: with two, the first drains the pre-loaded topic while the second joins
-    # and the rebalance re-delivers (the bench's multi-worker mode is not right yet)
     spent, wall = worker_kafka.through_kafka(
         kafka_bootstrap,
         fleet,
         buckets=2,
-        workers=1,
+        workers=2,
         partitions=2,
         workdir=tmp_path,
         timeout_s=120.0,

@@ -34,6 +34,7 @@ def test_a_rebalance_takes_readiness_down_until_restored_and_logs_each_change(
     assert ready() == 0
     health.assigned(2)  # assigned, state not restored yet: still down, nothing new logged
     assert health.not_ready() == "rebalancing: table state not restored yet"
+    assert metrics.registry.get_sample_value("peerwatch_worker_partitions") == 2
     health.rebalance_complete()
     assert health.not_ready() is None and ready() == 1
     assert transitions(caplog) == [
