@@ -206,6 +206,11 @@ class Settings(BaseSettings):
         description="annotate this dashboard (the shipped deploy/grafana/peerwatch.json's uid); "
         "empty: organisation-wide, found by tags",
     )
+    # peerwatch backtest: the history server's bearer token (VictoriaMetrics behind vmauth,
+    # a Prometheus behind an auth proxy); sent per request, never shown
+    backtest_bearer_token: SecretStr | None = None
+    backtest_bearer_token_file: Path | None = None
+    backtest_timeout_s: float = Field(120.0, gt=0, description="per history request")
     # links in every alert (streams.alerting.AlertLinks)
     runbook_base_url: str = Field(
         "docs/runbooks",

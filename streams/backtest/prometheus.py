@@ -1,0 +1,81 @@
+"""Prometheus history: ``/api/v1/query_range`` of the selector, one chunk per query.
+
+The answer is the API's envelope around a matrix, timestamps in (fractional)
+seconds and values as strings ("NaN", "+Inf" included)::
+
+    {"status":"success","data":{"resultType":"matrix","result":[
+      {"metric":{"__name__":"up","instance":"gpu001:9100"},"values":[[1759276830,"1"]]}]}}
+
+``step`` is the bucket, so each bucket gets one value per series: a series' value
+at each step is its newest sample then (within Prometheus' 5-minute lookback),
+stamped with the step's time, not the scrape's. Counter rates come out the same
+when the scrape interval is the bucket; a scrape that lands a step late shows as
+one bucket with no increase and the next with two. VictoriaMetrics' export has
+the raw samples instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from streams.backtest.history import (
+    ChunkedSource,
+    HistoryClient,
+    ParsedSeries,
+    SourceRejected,
+    api_seconds,
+    as_float,
+    raise_for_error_body,
+)
+
+QUERY_RANGE_PATH = "/api/v1/query_range"
+MAX_POINTS = 11_000  # Prometheus refuses a range query of more points per series
+
+
+def parse_query_range(data: Any) -> Iterator[ParsedSeries]:
+    """``(labels, timestamps_ms, values)`` per series of a ``query_range`` answer."""
+    raise_for_error_body(data, "Prometheus", QUERY_RANGE_PATH)
+    try:
+        body = data["data"]
+        if body["resultType"] != "matrix":
+            raise ValueError(f"resultType {body['resultType']!r}, not matrix")
+        for item in body["result"]:
+            values = item["values"]
+            yield (
+                {str(k): str(v) for k, v in item["metric"].items()},
+                [round(float(t) * 1000) for t, _ in values],
+                [as_float(v) for _, v in values],
+            )
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SourceRejected(
+            f"Prometheus sent no range-query matrix for {QUERY_RANGE_PATH} "
+            f"({type(exc).__name__}: {exc})"
+        ) from None
+
+
+class PrometheusSource(ChunkedSource):
+    """``selector``'s series from a Prometheus at ``client``, ``chunk_ms`` at a time."""
+
+    what = "Prometheus"
+
+    def __init__(
+        self, client: HistoryClient, selector: str, step_ms: int, chunk_ms: int = 3_600_000
+    ) -> None:
+        super().__init__(client, selector, step_ms, chunk_ms)
+        if chunk_ms // step_ms > MAX_POINTS:
+            raise ValueError(f"a chunk of more than {MAX_POINTS} steps is refused by Prometheus")
+
+    def chunk(self, lo_ms: int, hi_ms: int) -> Iterator[ParsedSeries]:
+        # steps at lo, lo + step, ...; the last one before hi (the next chunk's first)
+        last = lo_ms + (hi_ms - lo_ms - 1) // self.step_ms * self.step_ms
+        data = self.client.get_json(
+            QUERY_RANGE_PATH,
+            {
+                "query": self.selector,
+                "start": api_seconds(lo_ms),
+                "end": api_seconds(last),
+                "step": f"{self.step_ms / 1000:g}",
+            },
+        )
+        return parse_query_range(data)
