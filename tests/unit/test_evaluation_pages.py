@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from detectors.alerts import GROUP_DEGRADED, NODE_COLLAPSE, NODE_DEVIATION, AlertChange
+from detectors.episodes import AlertEvent, alert_episodes
 from streams.lab.evaluation.aggregate import summarize
-from streams.lab.evaluation.alerts import AlertEvent, alert_episodes
 from streams.lab.evaluation.report import build_report, render_text
 from streams.lab.evaluation.scoring import score_run
 from streams.lab.simulator.faults import GroundTruth

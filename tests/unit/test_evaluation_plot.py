@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from detectors.alerts import NODE_COLLAPSE
-from streams.lab.evaluation.alerts import AlertEvent
+from detectors.episodes import AlertEvent
 from streams.lab.evaluation.plot import _max_pool, plot_score_heatmap, score_matrix
 from streams.lab.simulator.faults import CHECKPOINT_SAVE, GroundTruth
 

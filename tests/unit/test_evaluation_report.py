@@ -8,8 +8,8 @@ import json
 import pytest
 
 from detectors.alerts import NODE_COLLAPSE, NODE_DEVIATION
+from detectors.episodes import AlertEvent
 from streams.lab.evaluation.aggregate import Summary, summarize
-from streams.lab.evaluation.alerts import AlertEvent
 from streams.lab.evaluation.report import (
     BLOCK_KEYS,
     REPORT_KEYS,

@@ -11,9 +11,9 @@ from detectors.alerts import (
     NODE_SILENT,
     AlertChange,
 )
+from detectors.episodes import AlertEvent, alert_episodes
 from detectors.fusion import Signal
 from streams.lab.evaluation.aggregate import percentile, summarize
-from streams.lab.evaluation.alerts import AlertEvent, alert_episodes
 from streams.lab.evaluation.scoring import ScoringWindows, score_run
 from streams.lab.simulator.faults import CHECKPOINT_SAVE, SPARE_JOINED, GroundTruth
 

@@ -2,7 +2,7 @@
 
 * :mod:`~streams.lab.evaluation.taxonomy` — fault kind → expected class and target
   category; alert family → class.
-* :mod:`~streams.lab.evaluation.alerts` — alert transitions → paging episodes.
+* :mod:`detectors.episodes` — alert transitions → paging episodes (shared with the backtest).
 * :mod:`~streams.lab.evaluation.scoring` — one run's alerts against its ground truth
   (pure; the windows are defined there).
 * :mod:`~streams.lab.evaluation.aggregate` — figures over runs and seeds.
@@ -13,8 +13,8 @@
 Nothing here does I/O except ``plot_score_heatmap`` writing its PNG.
 """
 
+from detectors.episodes import AlertEpisode, AlertEvent, alert_episodes, to_alert_event
 from streams.lab.evaluation.aggregate import GROUP_NODES, Summary, summarize
-from streams.lab.evaluation.alerts import AlertEpisode, AlertEvent, alert_episodes, to_alert_event
 from streams.lab.evaluation.report import (
     TARGETS,
     EvaluationReport,

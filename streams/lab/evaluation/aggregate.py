@@ -47,11 +47,11 @@ from typing import Any
 
 import numpy as np
 
+from detectors.episodes import GROUP_NODES
 from streams.lab.evaluation.scoring import FaultOutcome, RunScore
 
 __all__ = ["GROUP_NODES", "Summary", "percentile", "summarize"]
 
-GROUP_NODES = 60  # the reference group size for "per group-day" (the source's job)
 REMAP_LEAD_TARGET_H = 72.0
 
 

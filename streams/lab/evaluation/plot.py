@@ -27,8 +27,8 @@ import numpy as np
 import numpy.typing as npt
 
 from detectors.arrays import FloatArray, IntArray
+from detectors.episodes import alert_episodes, to_alert_event
 from detectors.features import DEFAULT_BUCKET_MS
-from streams.lab.evaluation.alerts import alert_episodes, to_alert_event
 from streams.lab.simulator.faults import GroundTruth
 
 __all__ = ["plot_score_heatmap", "score_matrix"]
@@ -106,7 +106,7 @@ def plot_score_heatmap(
     grid). ``scores``: N x M floats, NaN = no score. ``truth``: ground-truth
     rows (faults are marked on their node's row if it is plotted; cluster
     events go on the strip above). ``alerts``: alert transitions in any form
-    :func:`streams.lab.evaluation.alerts.to_alert_event` reads. ``vmax``: top of
+    :func:`detectors.episodes.to_alert_event` reads. ``vmax``: top of
     the colour scale (default: the largest finite score).
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg

@@ -40,8 +40,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from detectors.episodes import AlertEpisode
 from streams.lab.evaluation.aggregate import GROUP_NODES, Summary, summarize
-from streams.lab.evaluation.alerts import AlertEpisode
 from streams.lab.evaluation.scoring import RunScore
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 Inputs: the run's ground-truth rows (node faults and cluster events, as
 :func:`streams.lab.simulator.run.ground_truth` lists them), its alert
-transitions (see :mod:`streams.lab.evaluation.alerts`), the job's node list and the
+transitions (see :mod:`detectors.episodes`), the job's node list and the
 run's ``[start_ms, end_ms)``. Output: a :class:`RunScore`.
 
 Time. Every time is reduced to the start of the 30-s bucket holding it,
@@ -70,8 +70,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from detectors.episodes import (
+    DAY_MS,
+    AlertEpisode,
+    Firing,
+    ScoringWindows,
+    alert_episodes,
+    bucket_of,
+    explained_window,
+    fault_window,
+    to_alert_event,
+)
 from detectors.features import DEFAULT_BUCKET_MS
-from streams.lab.evaluation.alerts import AlertEpisode, Firing, alert_episodes, to_alert_event
 from streams.lab.evaluation.taxonomy import (
     FAMILY_CLASSES,
     FAULT_EXPECTATIONS,
@@ -90,39 +100,6 @@ __all__ = [
     "bucket_of",
     "score_run",
 ]
-
-DAY_MS = 86_400_000
-
-
-def bucket_of(t_ms: int, bucket_ms: int) -> int:
-    """Start of the bucket holding ``t_ms`` (the frame builder's alignment)."""
-    return t_ms - t_ms % bucket_ms
-
-
-@dataclass(frozen=True)
-class ScoringWindows:
-    """Window sizes in buckets; see the module docstring for what each bounds."""
-
-    lookback_buckets: int = 0
-    tolerance_buckets: int = 2
-    aftermath_buckets: int = 5
-    refire_merge_buckets: int = 10
-
-    def __post_init__(self) -> None:
-        for name in (
-            "lookback_buckets",
-            "tolerance_buckets",
-            "aftermath_buckets",
-            "refire_merge_buckets",
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name} must be an int >= 0, got {value!r}")
-        if self.tolerance_buckets > self.aftermath_buckets:
-            raise ValueError(
-                "tolerance_buckets must be <= aftermath_buckets: a late detection must also "
-                "be explained, not counted as a false alert"
-            )
 
 
 @dataclass(frozen=True)
@@ -274,7 +251,7 @@ def score_run(
 
     ``truth``: GroundTruth rows (faults and cluster events, any order).
     ``alerts``: ``AlertChange`` objects, ``AlertEvent`` or dicts (see
-    :func:`streams.lab.evaluation.alerts.to_alert_event`), any order, re-sends allowed.
+    :func:`detectors.episodes.to_alert_event`), any order, re-sends allowed.
     ``nodes``: the job's node list (its length sets the node-days).
     ``[start_ms, end_ms)``: the scored span of the run.
     ``must_not_page``: whether the run is a must-not-page scenario (None: it
@@ -307,9 +284,8 @@ def score_run(
 
     explained: dict[str, list[tuple[int, int]]] = {}
     for f in fault_rows:
-        start = bucket_of(f.truth.onset_ms, bucket_ms) - w.lookback_buckets * bucket_ms
-        stop = bucket_of(_end(f.truth, end_ms), bucket_ms) + w.aftermath_buckets * bucket_ms
-        explained.setdefault(f.node, []).append((start, stop))
+        window = explained_window(f.truth.onset_ms, _end(f.truth, end_ms), w, bucket_ms)
+        explained.setdefault(f.node, []).append(window)
     false_alerts = [
         ep
         for ep in node_episodes
@@ -372,9 +348,8 @@ def _score_fault(
 ) -> FaultOutcome:
     f, node, expectation = fault.truth, fault.node, fault.expectation
     onset_b = bucket_of(f.onset_ms, bucket_ms)
-    start = onset_b - w.lookback_buckets * bucket_ms
     anchor = f.xid_ms if f.xid_ms is not None else _end(f, run_end_ms)
-    deadline = bucket_of(anchor, bucket_ms) + w.tolerance_buckets * bucket_ms
+    start, deadline = fault_window(f.onset_ms, anchor, w, bucket_ms)
 
     matches: list[tuple[Firing, str]] = sorted(
         (

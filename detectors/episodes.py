@@ -1,10 +1,12 @@
-"""The evaluator's view of alerts: transitions in, paging episodes out.
+"""Alert transitions in, paging episodes out; and the windows an episode is matched to an event in.
 
-Whatever produced the alerts — :func:`streams.offline.run_offline` (a list of
-:class:`detectors.alerts.AlertChange`), the ``peerwatch.alerts`` topic (dicts),
-or a future detector with its own labels — they are read as
-:class:`AlertEvent` (one firing or resolved transition) and grouped per
-(alertname, node) into :class:`AlertEpisode` (one page):
+Shared by the lab's evaluator (``streams.lab.evaluation``) and the service's
+backtest (``streams.backtest``), so both count a page, a detection and a false
+alert the same way. Whatever produced the alerts — :class:`Pipeline` changes
+(``AlertChange``), the ``peerwatch.alerts`` topic (dicts), or a future detector
+with its own labels — they are read as :class:`AlertEvent` (one firing or
+resolved transition) and grouped per (alertname, node) into
+:class:`AlertEpisode` (one page):
 
 * a ``firing`` while the key's episode is open is a re-send of the active alert
   (or a duplicate) and adds nothing;
@@ -16,6 +18,14 @@ The GPU of an alert is its ``gpu`` label, else the first signal that names one
 (as :func:`streams.alerting.alert_labels` does); its class is its ``class``
 label when it has one (the family's default is applied by the scorer); its
 severity (``critical`` pages on-call, ``warning`` does not) is kept per firing.
+
+Windows (:class:`ScoringWindows`; ``L`` lookback, ``T`` tolerance, ``A``
+aftermath, in buckets of ``B`` ms, ``b(t)`` the bucket holding ``t``):
+:func:`fault_window` ``[b(onset) - L·B, b(anchor) + T·B]`` is where a firing on
+the event's node detects it (``anchor``: the XID, else the end);
+:func:`explained_window` ``[b(onset) - L·B, b(end) + A·B]`` is where a firing on
+that node is its consequence, not a false alert. The module docstring of
+``streams.lab.evaluation.scoring`` says how the evaluator uses them.
 """
 
 from __future__ import annotations
@@ -24,7 +34,22 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["AlertEpisode", "AlertEvent", "Firing", "alert_episodes", "to_alert_event"]
+__all__ = [
+    "DAY_MS",
+    "GROUP_NODES",
+    "AlertEpisode",
+    "AlertEvent",
+    "Firing",
+    "ScoringWindows",
+    "alert_episodes",
+    "bucket_of",
+    "explained_window",
+    "fault_window",
+    "to_alert_event",
+]
+
+DAY_MS = 86_400_000
+GROUP_NODES = 60  # the reference group size for "per group-day" (the source's job)
 
 Status = Literal["firing", "resolved"]
 _STATUS_ORDER = {"resolved": 0, "firing": 1}  # in one bucket, a resolution comes first
@@ -162,3 +187,50 @@ def alert_episodes(events: Iterable[AlertEvent], merge_ms: int) -> list[AlertEpi
         for firings, resolved, is_open in episodes
     ]
     return sorted(out, key=lambda ep: (ep.fired_ts, ep.alertname, ep.node or ""))
+
+
+def bucket_of(t_ms: int, bucket_ms: int) -> int:
+    """Start of the bucket holding ``t_ms`` (the frame builder's alignment)."""
+    return t_ms - t_ms % bucket_ms
+
+
+@dataclass(frozen=True)
+class ScoringWindows:
+    """Window sizes in buckets; see the module docstring for what each bounds."""
+
+    lookback_buckets: int = 0
+    tolerance_buckets: int = 2
+    aftermath_buckets: int = 5
+    refire_merge_buckets: int = 10
+
+    def __post_init__(self) -> None:
+        for name in (
+            "lookback_buckets",
+            "tolerance_buckets",
+            "aftermath_buckets",
+            "refire_merge_buckets",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+        if self.tolerance_buckets > self.aftermath_buckets:
+            raise ValueError(
+                "tolerance_buckets must be <= aftermath_buckets: a late detection must also "
+                "be explained, not counted as a false alert"
+            )
+
+
+def fault_window(
+    onset_ms: int, anchor_ms: int, w: ScoringWindows, bucket_ms: int
+) -> tuple[int, int]:
+    """``[b(onset) - L·B, b(anchor) + T·B]``: where a firing on the node detects the event."""
+    start = bucket_of(onset_ms, bucket_ms) - w.lookback_buckets * bucket_ms
+    return start, bucket_of(anchor_ms, bucket_ms) + w.tolerance_buckets * bucket_ms
+
+
+def explained_window(
+    onset_ms: int, end_ms: int, w: ScoringWindows, bucket_ms: int
+) -> tuple[int, int]:
+    """``[b(onset) - L·B, b(end) + A·B]``: where a firing on the node is the event's consequence."""
+    start = bucket_of(onset_ms, bucket_ms) - w.lookback_buckets * bucket_ms
+    return start, bucket_of(end_ms, bucket_ms) + w.aftermath_buckets * bucket_ms

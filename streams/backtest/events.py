@@ -1,0 +1,156 @@
+"""The operator's known failures (XIDs, job deaths) the backtest scores its alerts against.
+
+A file of events, one per line, either JSON lines or CSV (chosen by the file's
+suffix: ``.csv`` is CSV, anything else JSON lines)::
+
+    {"ts_ms": 1730000000000, "node": "gpu071", "group": "job-17", "kind": "xid79"}
+    {"time": "2026-10-27T03:14:00Z", "node": "gpu096", "kind": "xid94"}
+    {"time": "2026-10-28T11:00:00+09:00", "group": "job-17", "kind": "job_death"}
+
+    ts_ms,node,group,kind          (a header row; time may stand for ts_ms)
+    1730000000000,gpu071,job-17,xid79
+    2026-10-28T02:00:00Z,,job-17,job_death
+
+Fields: ``ts_ms`` (epoch milliseconds) or ``time`` (ISO 8601 with a zone);
+``kind`` (free text: ``xid79``, ``job_death``, …); at least one of ``node`` and
+``group`` (an empty CSV cell is none). Blank lines and lines starting with
+``#`` are skipped. A bad line raises :class:`EventsFileError` naming the file
+and line.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+__all__ = ["EventsFileError", "KnownEvent", "load_events"]
+
+
+class EventsFileError(ValueError):
+    """A known-events file cannot be read; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class KnownEvent:
+    """One known failure: when, on which node and/or group, of what kind."""
+
+    ts_ms: int
+    node: str | None
+    group: str | None
+    kind: str
+
+    def __post_init__(self) -> None:
+        if isinstance(self.ts_ms, bool) or not isinstance(self.ts_ms, int) or self.ts_ms < 0:
+            raise ValueError(f"ts_ms must be an int >= 0 (epoch ms), got {self.ts_ms!r}")
+        if not self.kind:
+            raise ValueError("kind must be non-empty (e.g. xid79, job_death)")
+        if self.node is None and self.group is None:
+            raise ValueError("an event names a node, a group or both")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ts_ms": self.ts_ms, "node": self.node, "group": self.group, "kind": self.kind}
+
+
+def load_events(path: str | Path) -> list[KnownEvent]:
+    """Every event in ``path`` (JSON lines, or CSV for a ``.csv`` file), in time order."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise EventsFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    lines = text.splitlines()
+    events = []
+    try:
+        rows = _csv_rows(lines) if path.suffix.lower() == ".csv" else _json_rows(lines)
+        for lineno, row in rows:
+            try:
+                events.append(_event(row))
+            except (ValueError, TypeError) as exc:
+                raise EventsFileError(f"line {lineno}: {exc}") from None
+    except EventsFileError as exc:
+        raise EventsFileError(f"{path}: {exc}") from None
+    return sorted(events, key=lambda e: (e.ts_ms, e.node or "", e.group or "", e.kind))
+
+
+def _skip(line: str) -> bool:
+    return not line.strip() or line.lstrip().startswith("#")
+
+
+def _json_rows(lines: list[str]) -> Iterator[tuple[int, Any]]:
+    for lineno, line in enumerate(lines, 1):
+        if _skip(line):
+            continue
+        try:
+            yield lineno, json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise EventsFileError(f"line {lineno}: not JSON: {exc.msg}") from None
+
+
+def _csv_rows(lines: list[str]) -> Iterable[tuple[int, Any]]:
+    numbered = [(n, line) for n, line in enumerate(lines, 1) if not _skip(line)]
+    if not numbered:
+        return []
+    header = [h.strip() for h in next(csv.reader([numbered[0][1]]))]
+    out = []
+    for lineno, line in numbered[1:]:
+        cells = next(csv.reader([line]))
+        if len(cells) != len(header):
+            raise EventsFileError(
+                f"line {lineno}: {len(cells)} cells, the header has {len(header)} ({header})"
+            )
+        out.append((lineno, {h: c.strip() or None for h, c in zip(header, cells, strict=True)}))
+    return out
+
+
+def _event(row: Any) -> KnownEvent:
+    if not isinstance(row, Mapping):
+        raise ValueError(f"an event is an object with ts_ms or time, kind, node/group; got {row!r}")
+    unknown = set(row) - {"ts_ms", "time", "node", "group", "kind"}
+    if unknown:
+        raise ValueError(f"unknown fields {sorted(unknown)}; known: ts_ms, time, node, group, kind")
+    if row.get("kind") is None:
+        raise ValueError("kind is missing")
+    return KnownEvent(
+        ts_ms=_ts_ms(row),
+        node=_name(row.get("node")),
+        group=_name(row.get("group")),
+        kind=str(row["kind"]),
+    )
+
+
+def _name(value: Any) -> str | None:
+    return None if value is None or value == "" else str(value)
+
+
+def _ts_ms(row: Mapping[str, Any]) -> int:
+    """``ts_ms`` (an integer, or a CSV cell of digits), else ``time`` (ISO 8601 with a zone)."""
+    raw, when = row.get("ts_ms"), row.get("time")
+    if raw is not None and when is not None:
+        raise ValueError("give ts_ms or time, not both")
+    if raw is not None:
+        if isinstance(raw, str) and raw.strip().isdigit():
+            return int(raw)
+        if isinstance(raw, int) and not isinstance(raw, bool):
+            return raw
+        # a CSV's ts_ms column may hold ISO times too
+        if isinstance(raw, str):
+            return _iso_ms(raw)
+        raise ValueError(f"ts_ms must be an integer (epoch ms), got {raw!r}")
+    if when is None:
+        raise ValueError("ts_ms or time is missing")
+    return _iso_ms(str(when))
+
+
+def _iso_ms(text: str) -> int:
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(f"time {text!r} is not ISO 8601 (e.g. 2026-10-27T03:14:00Z)") from None
+    if moment.tzinfo is None:
+        raise ValueError(f"time {text!r} has no zone (add Z or +09:00)")
+    return round(moment.timestamp() * 1000)
