@@ -24,6 +24,8 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from detectors.advisors.checkpoint_interval import CheckpointIntervalParams
+from detectors.advisors.checkpoint_io import CheckpointIoParams
 from detectors.failslow.monitor import FailSlowParams
 from detectors.features import DEFAULT_BUCKET_MS
 from detectors.gpu_health import GpuHealthParams
@@ -240,6 +242,17 @@ class Settings(BaseSettings):
         default_factory=FailSlowParams,
         description="fail-slow: change points, cycles, localisation, mitigation, SLO "
         "(detectors.failslow.monitor.FailSlowParams)",
+    )
+    # advisors: recommendations on peerwatch.alerts and /metrics, never paged
+    checkpoint_io: CheckpointIoParams = Field(
+        default_factory=CheckpointIoParams,
+        description="checkpoint I/O advisor: storage maxima, queue-dominated share "
+        "(detectors.advisors.checkpoint_io.CheckpointIoParams)",
+    )
+    checkpoint_interval: CheckpointIntervalParams = Field(
+        default_factory=CheckpointIntervalParams,
+        description="checkpoint interval advice: MTBF prior, how far from Young/Daly is off "
+        "(detectors.advisors.checkpoint_interval.CheckpointIntervalParams)",
     )
 
     @model_validator(mode="before")

@@ -13,6 +13,8 @@ import pytest
 from click.testing import CliRunner
 from pydantic import ValidationError
 
+from detectors.advisors.checkpoint_interval import CheckpointIntervalParams
+from detectors.advisors.checkpoint_io import CheckpointIoParams
 from detectors.alerts import NODE_DEVIATION
 from detectors.failslow.monitor import FailSlowParams
 from detectors.gpu_health import GpuHealthParams
@@ -140,6 +142,20 @@ def test_the_settings_dump_shows_every_section(monkeypatch: pytest.MonkeyPatch) 
     assert "scoring:\n  min_peers: 8\n" in result.output
     assert "gpu_health:\n  bucket_ms: 30000\n  xid_hold_buckets: 12\n" in result.output
     assert "failslow:\n  changepoint:\n" in result.output
+
+
+def test_the_advisors_sections_come_from_their_own_parameters(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert load_settings().checkpoint_io == CheckpointIoParams()
+    monkeypatch.setenv("PEERWATCH_CHECKPOINT_INTERVAL__OFF_FACTOR", "3")
+    monkeypatch.setenv("PEERWATCH_CHECKPOINT_IO__WRITE_MAX_BYTES_PER_S", "1e11")
+    s = load_settings()
+    assert s.checkpoint_interval == CheckpointIntervalParams(off_factor=3.0)
+    assert s.checkpoint_io.write_max_bytes_per_s == 1e11
+    monkeypatch.setenv("PEERWATCH_CHECKPOINT_INTERVAL__OFF_FACTOR", "1")
+    with pytest.raises(ValidationError, match="off_factor must be finite and > 1"):
+        load_settings()
 
 
 def test_the_settings_dump_does_not_depend_on_string_hashing() -> None:
