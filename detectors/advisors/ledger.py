@@ -9,7 +9,7 @@ in the next: what the scheduler did), and says so once when:
 * ``exclusions_concentrated``: the ``top_k`` nodes hold more than
   ``concentration_share`` of the group's exclusions (from ``min_exclusions`` on);
 * ``chronic_node``: a node was excluded ``chronic_exclusions`` times, or raised
-  ``chronic_alerts`` alerts and XIDs;
+  ``chronic_alerts`` alerts and XIDs (application-class XIDs not counted);
 * ``xid_above_peers``: an application-class XID (13, 31, 43, 45: usually the
   job's fault) recurs on a node ``peer_ratio`` times above its peers' mean count
   (floored at ``peer_floor``, from ``min_app_xids`` on): then it is the node's;
@@ -253,7 +253,10 @@ def _review(state: LedgerState, params: LedgerParams, group: str, ts: int) -> li
     totals = {c: sum(len(r.xids.get(c, ())) for r in state.nodes.values()) for c in params.app_xids}
     for node, rec in sorted(state.nodes.items()):
         flags: dict[str, Advice] = {}
-        excluded, alerts = len(rec.exclusions), len(rec.alerts) + sum(map(len, rec.xids.values()))
+        excluded = len(rec.exclusions)
+        # application-class XIDs are the job's unless far above the peers (below)
+        node_xids = sum(len(ts) for code, ts in rec.xids.items() if code not in params.app_xids)
+        alerts = len(rec.alerts) + node_xids
         if excluded >= params.chronic_exclusions or alerts >= params.chronic_alerts:
             flags["chronic"] = _advice(
                 "chronic_node",

@@ -236,7 +236,8 @@ def _failed(
         if before is None or _RANK[node_step] > _RANK[before]:
             steps[cause.node] = node_step
     step: Step = max(steps.values(), key=_RANK.__getitem__, default="retry")
-    codes = sorted({c.xid for c in causes})
+    # application-class XIDs say nothing about which failure this is (any node may log one)
+    codes = sorted({c.xid for c in causes if params.step_for(c.action) != "retry"})
     signature = f"{event.exit_reason or 'unknown'}|xid={','.join(map(str, codes))}"
     chain.identical = chain.identical + 1 if signature == chain.signature else 1
     chain.signature = signature

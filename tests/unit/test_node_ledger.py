@@ -178,6 +178,16 @@ def test_other_alerts_count_towards_chronic():
     assert kinds(step_ledger(state, params, "g", H, NODES, dev)) == [("chronic_node", "n05")]
 
 
+def test_application_xids_do_not_make_a_node_chronic():
+    """Regression (found by the retry_chains scenario): the node with daily XID 13 was called
+    chronic too; application-class XIDs go to the peer comparison only."""
+    state, params = LedgerState(), LedgerParams(chronic_alerts=3, min_app_xids=10)
+    changes = [xid("n05", 13, k) for k in range(5)]
+    assert step_ledger(state, params, "g", H, NODES, changes) == []
+    serious = [xid("n06", 79, k, "RESTART_BM") for k in range(3)]
+    assert kinds(step_ledger(state, params, "g", H, NODES, serious)) == [("chronic_node", "n06")]
+
+
 def test_state_round_trips_through_json():
     state, params = LedgerState(), LedgerParams()
     step_ledger(state, params, "g", H, NODES, [xid("n00", 13, k) for k in range(4)])

@@ -65,6 +65,16 @@ def test_the_same_failure_three_times_in_a_row_stops_the_chain():
     assert figures(last)["why"] == "identical_cap" and figures(last)["identical"] == 4
 
 
+def test_an_application_xid_on_some_node_does_not_break_the_identical_streak():
+    """Regression (found by the retry_chains scenario): an XID 13 logged on one of the 60
+    nodes just before the third NCCL failure made it look different, and it was retried."""
+    state, params = RetryState(), RetryParams()
+    fail(state, H, 1, exit_reason="nccl_timeout")
+    fail(state, 2 * H, 2, exit_reason="nccl_timeout")
+    observe_xid(state, params, "gpu026", 13, "RESTART_APP", 3 * H - MIN)
+    assert fail(state, 3 * H, 3, exit_reason="nccl_timeout").kind == "stop"
+
+
 def test_failures_of_any_kind_stop_at_max_failures():
     state, params = RetryState(), RetryParams(max_failures=4)
     kinds = [fail(state, n * H, n, params, exit_reason=f"r{n % 2}").kind for n in range(1, 5)]
