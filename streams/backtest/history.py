@@ -94,7 +94,8 @@ def parse_time_ms(text: str, now_ms: int) -> int:
     return round(parsed.timestamp() * 1000)
 
 
-def _iso(ms: int) -> str:
+def iso_time(ms: int) -> str:
+    """Epoch ms as RFC 3339 UTC, for messages."""
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat().replace("+00:00", "Z")
 
 
@@ -109,7 +110,8 @@ class TimeRange:
     def on_grid(cls, start_ms: int, end_ms: int, bucket_ms: int) -> TimeRange:
         if not start_ms < end_ms:
             raise BadRange(
-                f"the range is empty: start {_iso(start_ms)} is not before end {_iso(end_ms)}"
+                f"the range is empty: start {iso_time(start_ms)} is not before "
+                f"end {iso_time(end_ms)}"
             )
         return cls(start_ms // bucket_ms * bucket_ms, -(-end_ms // bucket_ms) * bucket_ms)
 
@@ -122,7 +124,7 @@ class TimeRange:
             lo = hi
 
     def __str__(self) -> str:
-        return f"{_iso(self.start_ms)} .. {_iso(self.end_ms)}"
+        return f"{iso_time(self.start_ms)} .. {iso_time(self.end_ms)}"
 
 
 # --- the selector -------------------------------------------------------------------------------
@@ -245,6 +247,9 @@ class ChunkedSource:
             },
         )
         return len(data.get("data") or [])
+
+    def chunk(self, lo_ms: int, hi_ms: int) -> Iterable[ParsedSeries]:
+        raise NotImplementedError
 
 
 def history_rounds(

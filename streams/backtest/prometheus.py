@@ -6,12 +6,15 @@ seconds and values as strings ("NaN", "+Inf" included)::
     {"status":"success","data":{"resultType":"matrix","result":[
       {"metric":{"__name__":"up","instance":"gpu001:9100"},"values":[[1759276830,"1"]]}]}}
 
-``step`` is the bucket, so each bucket gets one value per series: a series' value
-at each step is its newest sample then (within Prometheus' 5-minute lookback),
-stamped with the step's time, not the scrape's. Counter rates come out the same
-when the scrape interval is the bucket; a scrape that lands a step late shows as
-one bucket with no increase and the next with two. VictoriaMetrics' export has
-the raw samples instead.
+``step`` is the bucket. A series' value at step ``T`` is its newest sample at
+or before ``T`` (within Prometheus' 5-minute lookback), stamped ``T``: with the
+scrape interval the bucket, the sample from the bucket ``[T - step, T)``. So each
+point is put back into that bucket (stamped ``T - step / 2``); stamped ``T``, every
+alert would come a bucket late and every lead time a bucket short. Counter rates
+come out as live when the scrape interval is the bucket; a scrape that lands a
+step late shows as one bucket with no increase and the next with two, and a
+series that ends goes on for the lookback. VictoriaMetrics' export has the raw
+samples instead.
 """
 
 from __future__ import annotations
@@ -67,15 +70,18 @@ class PrometheusSource(ChunkedSource):
             raise ValueError(f"a chunk of more than {MAX_POINTS} steps is refused by Prometheus")
 
     def chunk(self, lo_ms: int, hi_ms: int) -> Iterator[ParsedSeries]:
-        # steps at lo, lo + step, ...; the last one before hi (the next chunk's first)
-        last = lo_ms + (hi_ms - lo_ms - 1) // self.step_ms * self.step_ms
+        # the steps that close the chunk's buckets: lo + step .. hi (both ends inclusive)
+        step = self.step_ms
+        last = lo_ms + -(-(hi_ms - lo_ms) // step) * step
         data = self.client.get_json(
             QUERY_RANGE_PATH,
             {
                 "query": self.selector,
-                "start": api_seconds(lo_ms),
+                "start": api_seconds(lo_ms + step),
                 "end": api_seconds(last),
-                "step": f"{self.step_ms / 1000:g}",
+                "step": f"{step / 1000:g}",
             },
         )
-        return parse_query_range(data)
+        back = step - step // 2  # into the bucket the step closes, clear of its edges
+        for labels, stamps, values in parse_query_range(data):
+            yield labels, [t - back for t in stamps], values

@@ -741,3 +741,37 @@ class Prometheus(_PrometheusServer):
             # the receiver is usually gone already.
             "--storage.remote.flush-deadline=2s",
         ]
+
+
+class VictoriaMetrics(_PrometheusServer):
+    """VictoriaMetrics single-node (Debian ``victoria-metrics``) on 127.0.0.1.
+
+    Storage in ``workdir``; samples of any age are kept (history is imported into it,
+    and the default one-month retention would refuse older ones). Import under
+    ``/api/v1/import``, export under ``/api/v1/export``; ready at ``/health``.
+    """
+
+    name = "VictoriaMetrics"
+    startup_timeout = 30.0
+    stop_timeout = 15.0
+
+    def __init__(self, workdir: str | os.PathLike[str], port: int | None = None) -> None:
+        super().__init__(workdir, port, "victoria-metrics.log")
+
+    def _prepare(self) -> None:
+        self.binary = _debian_binary(
+            "victoria-metrics", "victoria-metrics", "victoria-metrics-prod",
+            package="victoria-metrics",
+        )  # fmt: skip
+        self.workdir.mkdir(parents=True, exist_ok=True)
+
+    def _command(self) -> list[str]:
+        return [
+            self.binary,
+            f"-storageDataPath={self.workdir / 'data'}",
+            f"-httpListenAddr={LOOPBACK}:{self.port}",
+            "-retentionPeriod=100y",
+        ]
+
+    def _is_ready(self) -> bool:
+        return _http_ok(f"{self.url}/health")

@@ -232,11 +232,13 @@ def test_victoriametrics_source_streams_chunks_without_overlap() -> None:
     assert {r.url.params["match[]"] for r in server.requests} == {'{__name__=~"a|b"}'}
 
 
-def test_prometheus_source_asks_one_step_per_bucket() -> None:
+def test_prometheus_source_puts_each_step_into_the_bucket_it_closes() -> None:
     def answer(request: httpx.Request) -> httpx.Response:
         p = request.url.params
         start, end, step = float(p["start"]), float(p["end"]), float(p["step"])
-        points = [[start + k * step, "1"] for k in range(int((end - start) / step) + 1)]
+        points = [
+            [start + k * step, str(start + k * step)] for k in range(int((end - start) / step) + 1)
+        ]
         body = {
             "status": "success",
             "data": {
@@ -249,15 +251,16 @@ def test_prometheus_source_asks_one_step_per_bucket() -> None:
     server = _Server(answer)
     source = PrometheusSource(server.client("Prometheus"), '{__name__=~"a"}', 30_000, 90_000)
     rounds = list(history_rounds(source, TimeRange(T0, T0 + 120_000)))
+    # the value Prometheus has at T + 30 s (scraped in [T, T + 30 s)) is bucket T's
     assert [[s.samples for s in series] for _, series in rounds] == [
-        [[(T0 + k * 30_000, 1.0)]] for k in range(4)
+        [[(T0 + k * 30_000 + 15_000, (T0 + (k + 1) * 30_000) / 1000)]] for k in range(4)
     ]
     asked = [
         (r.url.params["start"], r.url.params["end"], r.url.params["step"]) for r in server.requests
     ]
     assert asked == [
-        ("1759276800.000", "1759276860.000", "30"),
-        ("1759276890.000", "1759276890.000", "30"),
+        ("1759276830.000", "1759276890.000", "30"),
+        ("1759276920.000", "1759276920.000", "30"),
     ]
 
 

@@ -1,0 +1,218 @@
+"""`peerwatch backtest` against the real Debian VictoriaMetrics and Prometheus.
+
+An hour of a simulated 16 + 1 node job with an NVLink + bus fault at minute 40
+(XID 145/149 then 79) is loaded into each -- VictoriaMetrics through
+``/api/v1/import`` (JSON lines), Prometheus as TSDB blocks made by ``promtool tsdb
+create-blocks-from openmetrics`` -- and backtested by the command an operator runs;
+report.json must show the fault's node alerted at or before its XID. Then the
+errors an operator meets: an unreachable server, a selector that matches nothing,
+an empty range.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from streams.lab.launchers import VictoriaMetrics, free_port
+from streams.lab.simulator import ClusterConfig, NvlinkBusFault, generate, ground_truth
+from tests.integration.conftest import start_or_fail
+from tests.integration.harness import prometheus_running
+
+MINUTE = 60_000
+START_MS = 1_759_276_800_000  # 2025-10-01T00:00:00Z: history, older than any retention default
+END_MS = START_MS + 60 * MINUTE
+FAULT_NODE = "gpu071"
+CLUSTER = "b200-a"
+GROUPING = {"PEERWATCH_GROUP_LABELS": '["train_job"]'}  # the simulated job's label
+
+
+@dataclass(frozen=True)
+class History:
+    series: list[tuple[dict[str, str], list[int], list[float]]]  # whole series, time-ordered
+    events: Path  # the known XIDs, as an operator would list them
+    xid_ms: int
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory: pytest.TempPathFactory) -> History:
+    config = ClusterConfig(
+        seed=3,
+        job_nodes=16,
+        spares=1,
+        start_ms=START_MS,
+        faults=(NvlinkBusFault(FAULT_NODE, gpu=3, onset_ms=START_MS + 40 * MINUTE),),
+    )
+    whole: dict[tuple[tuple[str, str], ...], tuple[dict[str, str], list[int], list[float]]] = {}
+    for _, series in generate(config, START_MS, END_MS):
+        for s in series:
+            key = tuple(sorted(s.labels.items()))
+            entry = whole.setdefault(key, (dict(s.labels), [], []))
+            for ts, value in s.samples:
+                if math.isfinite(value):
+                    entry[1].append(ts)
+                    entry[2].append(value)
+    [xid] = [row for row in ground_truth(config, END_MS) if row.xid is not None]
+    assert xid.node == FAULT_NODE and xid.xid_ms is not None
+    events = tmp_path_factory.mktemp("events") / "xids.jsonl"
+    events.write_text(json.dumps({"ts_ms": xid.xid_ms, "node": xid.node, "kind": f"xid{xid.xid}"}))
+    return History(list(whole.values()), events, xid.xid_ms)
+
+
+@pytest.fixture(scope="module")
+def victoria_metrics(tmp_path_factory: pytest.TempPathFactory, history: History) -> Iterator[str]:
+    """A VictoriaMetrics holding the history, imported as JSON lines."""
+    server = VictoriaMetrics(tmp_path_factory.mktemp("victoria-metrics"))
+    start_or_fail(server)  # type: ignore[arg-type]
+    try:
+        lines = "".join(
+            json.dumps({"metric": labels, "values": values, "timestamps": stamps}) + "\n"
+            for labels, stamps, values in history.series
+        )
+        response = httpx.post(f"{server.url}/api/v1/import", content=lines.encode(), timeout=60)
+        assert response.status_code == 204, response.text
+        httpx.get(f"{server.url}/internal/force_flush", timeout=30).raise_for_status()
+        yield server.url
+    finally:
+        server.stop()
+
+
+def _openmetrics(series: list[tuple[dict[str, str], list[int], list[float]]]) -> str:
+    """The series as OpenMetrics text, each metric's series together (timestamps in s)."""
+    by_name: dict[str, list[str]] = {}
+    for labels, stamps, values in series:
+        name = labels["__name__"]
+        pairs = ",".join(
+            f'{k}="{v}"' for k, v in sorted(labels.items()) if k != "__name__"
+        )  # the simulator's label values hold no quotes, backslashes or newlines
+        by_name.setdefault(name, []).extend(
+            f"{name}{{{pairs}}} {v!r} {t / 1000:.3f}" for t, v in zip(stamps, values, strict=True)
+        )
+    return "\n".join(line for lines in by_name.values() for line in lines) + "\n# EOF\n"
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory: pytest.TempPathFactory, history: History) -> Iterator[str]:
+    """A Prometheus whose TSDB holds the history as backfilled blocks."""
+    workdir = tmp_path_factory.mktemp("prometheus-backfill")
+    source = workdir / "history.om"
+    source.write_text(_openmetrics(history.series))
+    data = workdir / "prometheus" / "data"  # where ``Prometheus`` keeps its TSDB
+    data.mkdir(parents=True)
+    done = subprocess.run(
+        ["promtool", "tsdb", "create-blocks-from", "openmetrics", str(source), str(data)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    with prometheus_running(workdir, {"global": {"scrape_interval": "30s"}}) as server:
+        yield server.url
+
+
+def _backtest(*args: str, out: Path) -> subprocess.CompletedProcess[str]:
+    """``peerwatch backtest ARGS --out OUT`` as an operator runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "streams", "backtest", *args, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, **GROUPING},
+    )
+
+
+def _range() -> list[str]:
+    return ["--start", str(START_MS / 1000), "--end", "2025-10-01T01:00:00Z"]
+
+
+def _found_the_fault(report: dict[str, Any], history: History) -> dict[str, Any]:
+    lead = report["lead_time"]
+    assert lead["events"] == 1 and lead["found"] == 1, lead
+    (row,) = lead["rows"]
+    assert row["node"] == FAULT_NODE and row["ts_ms"] == history.xid_ms
+    assert row["found"] and row["at_or_before"], row
+    assert row["first_alert_node"] == FAULT_NODE
+    return row
+
+
+def test_backtest_from_victoriametrics_alerts_the_nvlink_node_by_its_xid(
+    victoria_metrics: str, history: History, tmp_path: Path
+) -> None:
+    done = _backtest(
+        "--source", "victoriametrics", "--url", victoria_metrics,
+        "--selector", f'{{cluster="{CLUSTER}"}}', *_range(),
+        "--events", str(history.events), "--chunk-hours", "0.25",  # four chunks
+        out=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    _found_the_fault(report, history)
+    assert report["buckets"] >= 115  # an hour of 30-s buckets, the job's restart aside
+    assert report["run"]["series"] == len(history.series)
+    assert "known events found 1/1" in done.stderr
+
+
+def test_backtest_from_prometheus_alerts_the_nvlink_node_by_its_xid(
+    prometheus: str, history: History, tmp_path: Path
+) -> None:
+    done = _backtest(
+        "--source", "prometheus", "--url", prometheus, "--selector", f'{{cluster="{CLUSTER}"}}',
+        *_range(), "--events", str(history.events), out=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    _found_the_fault(report, history)
+    assert report["run"]["source"] == "Prometheus"
+
+
+def _one_line_error(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr, done.stderr
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("Error: ")]
+    return line
+
+
+def test_backtest_of_an_unreachable_server_is_a_one_line_error(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    done = _backtest("--source", "victoriametrics", "--url", url, *_range(), out=tmp_path)
+    line = _one_line_error(done)
+    assert f"SourceUnreachable: VictoriaMetrics at {url} is unreachable" in line
+
+
+def test_backtest_of_a_selector_matching_nothing_is_a_one_line_error(
+    victoria_metrics: str, tmp_path: Path
+) -> None:
+    done = _backtest(
+        "--source", "victoriametrics", "--url", victoria_metrics,
+        "--selector", '{cluster="no-such-cluster"}', *_range(), out=tmp_path,
+    )  # fmt: skip
+    assert "NoSeries: VictoriaMetrics: no series matches the selector" in _one_line_error(done)
+    assert not (tmp_path / "report.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "says"),
+    [
+        ("2025-10-01T01:00:00Z", "2025-10-01T00:00:00Z", "BadRange: the range is empty"),
+        ("2025-10-01T00:00:00Z", "2025-10-01T00:00:00Z", "BadRange: the range is empty"),
+        ("yesterday", "now", "BadRange: 'yesterday' is not a time"),
+    ],
+)
+def test_backtest_of_an_empty_or_unreadable_range_is_a_one_line_error(
+    tmp_path: Path, start: str, end: str, says: str
+) -> None:
+    url = f"http://127.0.0.1:{free_port()}"  # the range is refused before any request
+    done = _backtest(
+        "--source", "prometheus", "--url", url, "--start", start, "--end", end, out=tmp_path
+    )
+    assert says in _one_line_error(done)
