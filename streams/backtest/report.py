@@ -158,10 +158,16 @@ def _header(result: Mapping[str, Any]) -> list[str]:
         ("false alerts / group-day", _num(false["per_group_day"])),
         ("fail-slow episodes", str(len(result["failslow"]))),
     ]
+    run = result.get("run") or {}  # the CLI's: where the history came from
+    source = " · ".join(
+        f"{k} {run[k]}" for k in ("source", "selector") if isinstance(run, Mapping) and run.get(k)
+    )
     out = [
         "<h1>peerwatch backtest</h1>",
         f'<p class="muted">{_e(span)} · {result["buckets"]} buckets of '
-        f"{result['bucket_ms'] / 1000:g} s · {len(result['groups'])} groups</p>",
+        f"{result['bucket_ms'] / 1000:g} s · {len(result['groups'])} groups"
+        + (f" · {_e(source)}" if source else "")
+        + "</p>",
     ]
     if lead["headline"]:
         out.append(f'<p class="headline">{_e(lead["headline"])}</p>')

@@ -1,7 +1,8 @@
 """The backtest's figures, gathered one scored bucket at a time in bounded memory.
 
 ``Accumulator(known_events, bucket_ms)``; ``.add(scored)`` for every
-:class:`~streams.pipeline.Scored` the pipeline closes; ``.result()`` is one
+:class:`~streams.pipeline.Scored` the pipeline closes (``.add_advice`` for an
+advisor's :class:`~detectors.vocabulary.Advice` from elsewhere); ``.result()`` is one
 JSON-safe dict with stable keys (:data:`RESULT_KEYS`, below). What it keeps
 grows with the alerts, fail-slow episodes, distinct advice and groups × nodes ×
 ``max_columns`` heatmap cells, never with the number of buckets.
@@ -254,7 +255,7 @@ class Accumulator:
         g = self._group(scored.bucket.group)
         g.events.extend(AlertEvent.from_change(c) for c in scored.changes)
         for advice in getattr(scored, "advice", ()) or ():
-            self._advise(advice)
+            self.add_advice(advice)
         if scored.ended is not None:
             self._close_slow(g, scored.bucket.ts)
             return
@@ -294,7 +295,9 @@ class Accumulator:
             self.slow_done.append(g.slow)
             g.slow = None
 
-    def _advise(self, advice: Advice) -> None:
+    def add_advice(self, advice: Advice) -> None:
+        """Take one advice (``add`` takes those on a Scored; an advisor fed from elsewhere, e.g.
+        job events, calls this); the same advice again only counts and moves its last bucket."""
         key = (advice.advisor, advice.kind, advice.group, advice.node, advice.action)
         seen = self.advice.get(key)
         if seen is None:

@@ -65,6 +65,13 @@ def test_the_headline_and_tables_carry_the_figures() -> None:
     assert "exclude_node" in page
 
 
+def test_the_run_says_where_the_history_came_from_escaped() -> None:
+    result = Accumulator([], B).result()
+    result["run"] = {"source": "victoriametrics", "selector": '{job="<x>"}'}
+    page = render_html(result)
+    assert "source victoriametrics · selector {job=&quot;&lt;x&gt;&quot;}" in page
+
+
 def test_an_empty_backtest_still_renders() -> None:
     page = render_html(Accumulator([], B).result())
     assert "no buckets scored" in page

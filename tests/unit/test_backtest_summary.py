@@ -245,6 +245,16 @@ def test_advice_is_collected_once_per_distinct_advice_with_counts() -> None:
     assert item["summary"] == "interval 2"
 
 
+def test_advice_from_elsewhere_joins_the_same_list() -> None:
+    acc = Accumulator([], B)
+    acc.add_advice(Advice("retry", "exclude_node", "job", at(5), "exclude n2", node="n2"))
+    acc.add_advice(Advice("retry", "exclude_node", "job", at(2), "exclude n2", node="n2"))
+    items = acc.result()["advice"]["items"]
+    assert [(i["advisor"], i["node"], i["first_ts"], i["last_ts"], i["count"]) for i in items] == [
+        ("retry", "n2", at(2), at(5), 2)
+    ]
+
+
 def test_load_events_json_lines_and_csv(tmp_path: Path) -> None:
     jsonl = tmp_path / "events.jsonl"
     jsonl.write_text(
