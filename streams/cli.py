@@ -583,7 +583,7 @@ def prometheus_config(ctx: click.Context, url: str | None, **auth: str | None) -
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
     required=True,
-    help="Directory for the report (report.json).",
+    help="Directory for report.html and report.json.",
 )
 @click.option(
     "--chunk-hours",
@@ -605,11 +605,12 @@ def backtest(
     chunk_hours: float,
 ) -> None:
     """Replay history from VictoriaMetrics or Prometheus through the live pipeline (frame
-    builder + worker pipeline, event time) and write report.json: alerts,
+    builder + worker pipeline, event time) and write report.html + report.json: alerts,
     lead time per known event, false alerts per day, fail-slow episodes."""
     import time
 
     from streams.backtest.history import BacktestError, TimeRange, parse_time_ms
+    from streams.backtest.report import ReportError
     from streams.backtest.run import backtest_to, open_source
     from streams.backtest.summary import EventsFileError, load_events
 
@@ -625,13 +626,13 @@ def backtest(
         chunk_ms = max(bucket, round(chunk_hours * 3_600_000) // bucket * bucket)
         source = open_source(kind, url, selector, settings, chunk_ms)
         stats, result = backtest_to(out, source, time_range, settings, known)
-    except (BacktestError, EventsFileError, OSError) as exc:
+    except (BacktestError, EventsFileError, ReportError, OSError) as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
     lead = result.get("lead_time", {})
     click.echo(
         f"{stats.buckets} buckets, {stats.samples} samples of {stats.series} series in "
         f"{stats.seconds:.1f} s; {len(result.get('alerts', []))} alerts; "
         f"known events found {lead.get('found', 0)}/{lead.get('events', 0)}; "
-        f"report: {out / 'report.json'}",
+        f"report: {out / 'report.html'}",
         err=True,
     )

@@ -30,6 +30,7 @@ from streams.backtest.history import (
     series_selector,
 )
 from streams.backtest.prometheus import PrometheusSource
+from streams.backtest.report import render_html
 from streams.backtest.summary import Accumulator, KnownEvent
 from streams.backtest.victoriametrics import VictoriaMetricsSource
 from streams.catalog import features_for
@@ -138,7 +139,7 @@ def backtest_to(
     settings: Settings,
     events: list[KnownEvent],
 ) -> tuple[BacktestStats, dict[str, Any]]:
-    """Run the backtest with a progress bar; write ``report.json``."""
+    """Run the backtest with a progress bar; write ``report.json``, then ``report.html``."""
     accumulator = Accumulator(events, settings.bucket_ms)
     chunks = len(list(time_range.chunks(source.chunk_ms)))
     with progress(chunks, "history") as advance:
@@ -153,4 +154,5 @@ def backtest_to(
     result["run"] = {"source": source.what, "selector": source.selector, **asdict(stats)}
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "report.json").write_text(json.dumps(result, indent=1, allow_nan=False) + "\n")
+    (out_dir / "report.html").write_text(render_html(result), encoding="utf-8")
     return stats, result
