@@ -13,6 +13,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from streams.lab.simulator.config import ClusterConfig
 from streams.lab.simulator.run import generate
 from streams.lab.simulator.scenarios import REPORTING_SEEDS, get_scenario
 from streams.offline import build_pair
@@ -25,18 +26,7 @@ RUNS = (("gpu-slow-16", 8, 24, 10), ("ecc-xid94", 8, 24, 10))
 
 
 def snapshot(name: str, nodes: int, minutes: int, onset_min: int) -> dict[str, object]:
-    config = get_scenario(name).config_for(REPORTING_SEEDS[0])
-    onset = config.start_ms + onset_min * 60_000
-    faults = tuple(
-        replace(f, onset_ms=onset + f.onset_ms % SETTINGS.bucket_ms)  # type: ignore[arg-type]
-        for f in config.faults
-    )
-    hosts = config.job_hosts[:nodes]
-    faults = tuple(
-        replace(f, node=hosts[0]) if getattr(f, "node", None) not in (None, *hosts) else f  # type: ignore[arg-type]
-        for f in faults
-    )
-    config = replace(config, job_nodes=nodes, faults=faults)
+    config = shortened(name, nodes, onset_min)
     builder, pipeline = build_pair(SETTINGS)
     groups: set[str] = set()
     for t_ms, series in generate(config, config.start_ms, config.start_ms + minutes * 60_000):
@@ -48,6 +38,22 @@ def snapshot(name: str, nodes: int, minutes: int, onset_min: int) -> dict[str, o
         for group in sorted(groups):
             list(pipeline.due(group, now_s))
     return {g: pipeline.snapshot(g) for g in sorted(groups)}
+
+
+def shortened(name: str, nodes: int, onset_min: int) -> ClusterConfig:
+    """The reporting seed on the first ``nodes`` job hosts, the fault at ``onset_min``."""
+    config = get_scenario(name).config_for(REPORTING_SEEDS[0])
+    onset = config.start_ms + onset_min * 60_000
+    faults = tuple(
+        replace(f, onset_ms=onset + f.onset_ms % SETTINGS.bucket_ms)  # type: ignore[arg-type]
+        for f in config.faults
+    )
+    hosts = config.job_hosts[:nodes]
+    faults = tuple(
+        replace(f, node=hosts[0]) if getattr(f, "node", None) not in (None, *hosts) else f  # type: ignore[arg-type]
+        for f in faults
+    )
+    return replace(config, job_nodes=nodes, faults=faults)
 
 
 if __name__ == "__main__":
