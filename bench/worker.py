@@ -246,13 +246,13 @@ class Stages:
         # (stage, module, class or "", attribute)
         ("window/merge", "streams.windows", "GroupWindow", "add"),
         ("window/merge", "streams.windows", "GroupWindow", "due"),
-        ("peer scoring (score_bucket)", "streams.pipeline", "", "score_bucket"),
+        ("peer scoring (score_bucket)", "detectors.peer_scoring", "", "score_bucket"),
         ("node/GPU health", "streams.node_health", "NodeHealth", "add"),
         ("node/GPU health", "streams.node_health", "NodeHealth", "step"),
         ("remap/xid trackers", "detectors.remap", "RemapTracker", "observe"),
         ("remap/xid trackers", "detectors.xid.gauge", "XidGaugeTracker", "observe"),
         ("remap/xid trackers", "detectors.xid.escalation", "XidEscalator", "decide"),
-        ("fail-slow", "streams.pipeline", "Pipeline", "_step_failslow"),
+        ("fail-slow", "detectors.failslow.family", "FailSlow", "step"),
         ("snapshot + JSON", "streams.pipeline", "Pipeline", "snapshot"),
         ("snapshot + JSON", "faust.serializers.codecs", "json", "_dumps"),
     )
@@ -312,10 +312,7 @@ def state_bytes(pipeline: Pipeline) -> int:
     shared = _reachable(shared_roots, set())
     health = pipeline.node_health
     roots = [
-        pipeline.windows,
-        pipeline.states,
-        pipeline.failslow_groups,
-        pipeline.identities,
+        pipeline.groups,
         health._nodes,
         health._homed,
         health._log_xids,

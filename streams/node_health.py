@@ -32,10 +32,11 @@ index) are one GPU's events: one incident, one alert.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from detectors.family import BucketEvidence, ClosedBucket, FamilyStep, GroupEnd
 from detectors.features import split_per_gpu_key
 from detectors.gpu_health import (
     GpuHealthParams,
@@ -183,17 +184,17 @@ class NodeHealth:
             self._nodes.pop(node, None)
             self._log_xids.pop(node, None)
 
-    def end_group(self, group: str, moved: Iterable[str], ts: int, why: str) -> list[AlertChange]:
-        """``group`` ended: its nodes that went quiet with it resolve their alerts and are
-        forgotten; ``moved`` (they departed to another group) keep theirs, and their next
-        frame with per-GPU values homes them where it lands."""
-        moved = set(moved)
-        changes = []
-        for node in sorted(self._homed.get(group, set()) - moved):
+    def end_group(self, ending: GroupEnd) -> list[AlertChange]:
+        """A group ended: its nodes that went quiet with it resolve their alerts and are
+        forgotten; ``ending.moved`` (they departed to another group) keep theirs, and their
+        next frame with per-GPU values homes them where it lands."""
+        group = ending.group
+        changes: list[AlertChange] = []
+        for node in sorted(self._homed.get(group, set()) - ending.moved):
             entry = self._nodes.pop(node)
             self._homed[group].discard(node)
             self._log_xids.pop(node, None)
-            changes += [ended(c, ts, why) for c in active_gpu_alerts(entry.state)]
+            changes += map(ending.resolve, active_gpu_alerts(entry.state))
         return changes
 
     # --- the home group's snapshot ------------------------------------------------------------
@@ -238,10 +239,39 @@ class NodeHealth:
         self.restore(group, nodes)
 
 
-def ended(change: AlertChange, ts: int, why: str) -> AlertChange:
-    """A firing alert resolved because its group ended."""
-    reason = f"group ended ({why}); was: {change.reason}"
-    return replace(change, status="resolved", bucket_ts=ts, reason=reason)
+class NodeGpuHealth:
+    """Per-GPU health in the pipeline's family loop, over the worker's one :class:`NodeHealth`.
+
+    The documented exception to a family's state being the group's: its state is the
+    node's and follows the node across groups (handed over in memory when a node's
+    frames move), so the group's runtime holds none (``None``) and the snapshot key
+    ``nodes`` is the nodes homed in the group. It weighs peer scoring's alerts
+    (``found.symptoms``) as the XID escalation's symptoms.
+    """
+
+    name = "nodes"
+
+    def __init__(self, health: NodeHealth) -> None:
+        self.health = health
+
+    def new(self) -> None:
+        return None
+
+    def step(self, state: None, bucket: ClosedBucket, found: BucketEvidence) -> FamilyStep[None]:
+        changes, active = self.health.step(bucket.group, bucket.ts, symptoms=found.symptoms)
+        return FamilyStep(None, tuple(changes), tuple(active))
+
+    def end(self, state: None, ending: GroupEnd) -> tuple[AlertChange, ...]:
+        return tuple(self.health.end_group(ending))
+
+    def save(self, group: str, state: None) -> dict[str, Any]:
+        return {"nodes": self.health.snapshot(group)}
+
+    def load(self, group: str, snap: Mapping[str, Any]) -> None:
+        if snap.get("nodes") is not None:
+            self.health.restore(group, snap["nodes"])
+        elif snap.get("gpu_health") is not None:  # saved before per-node GPU health
+            self.health.restore_group_state(group, snap["gpu_health"])
 
 
 def split_by_node(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:

@@ -2,61 +2,46 @@
 
 The Faust worker and the offline paths (demo's direct mode, evaluate,
 backtest) run this same object, so what is measured offline is what runs live.
-It holds per-group windows and detector state; ``snapshot``/``restore`` give
-the JSON-safe form the worker keeps in a changelogged Faust table.
+It holds one :class:`_Group` per group (its window and each detector family's
+state); ``snapshot``/``restore`` give the JSON-safe form the worker keeps in a
+changelogged Faust table, each family's part under its own keys.
 
-Per group and closed bucket, three detector families run in turn: the peer
-scoring (``detectors.group``), per-GPU health (``detectors.gpu_health``, kept
-per node and following it across groups: ``streams.node_health``) and
-fail-slow (``detectors.failslow``: the job's throughput from its trainer
-metrics, change points, culprit localisation among the group's nodes, staged
-advice, throughput-SLO accounting, and the ``PeerwatchFailSlow`` /
-``PeerwatchJobSlow`` alerts). A group is one job here (``group_labels`` set to
-the scheduler's job label), and all its nodes are one role: frames carry no
-rank labels yet.
+Per group and closed bucket the detector families (``detectors.family``) run in
+turn, each seeing what the earlier ones found: the peer scoring
+(``detectors.peer_scoring``), per-GPU health (``detectors.gpu_health``, kept per
+node and following it across groups: ``streams.node_health``) and fail-slow
+(``detectors.failslow.family``: the job's throughput from its trainer metrics,
+change points, culprit localisation among the group's nodes, staged advice,
+throughput-SLO accounting, and the ``PeerwatchFailSlow`` / ``PeerwatchJobSlow``
+alerts). A group is one job here (``group_labels`` set to the scheduler's job
+label), and all its nodes are one role: frames carry no rank labels yet.
 """
 
 from __future__ import annotations
 
-import math
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
-from detectors.alerts import (
-    NODE_DEVIATION,
-    AlertChange,
-    AlertKey,
-    Labels,
-    active_alerts,
-    keep_identity,
-)
-from detectors.failslow.alerts import (
-    FailSlowAlertParams,
-    FailSlowAlertState,
-    step_failslow_alerts,
-)
-from detectors.failslow.inputs import InputParams, job_inputs
-from detectors.failslow.localise import NodeMetrics
-from detectors.failslow.monitor import (
-    FailSlowParams,
-    FailSlowState,
-    FailSlowVerdict,
-    step_failslow,
-)
-from detectors.failslow.slo import SloSummary, summarise
-from detectors.features import DEFAULT_BUCKET_MS, FeatureSpec, class_of
+from detectors.failslow.family import FailSlow, FailSlowGroup
+from detectors.failslow.monitor import FailSlowParams, FailSlowVerdict
+from detectors.failslow.slo import SloSummary
+from detectors.family import BucketEvidence, ClosedBucket, Family, GroupEnd
+from detectors.features import DEFAULT_BUCKET_MS, FeatureSpec
 from detectors.gpu_health import GpuHealthParams
-from detectors.group import BucketResult, GroupState, ScoringParams, score_bucket
+from detectors.group import BucketResult, GroupState, ScoringParams
+from detectors.peer_scoring import PeerScoring, PeerState
 from detectors.phase import Phase
-from detectors.state_codec import TRANSIENT, JsonState
+from detectors.vocabulary import Advice, AlertChange, AlertKey, Labels
 from detectors.xid.catalog import XidCatalog
 from detectors.xid.events import XidEvent
 from streams.catalog import features_for, load_xid_catalog
-from streams.node_health import NodeHealth, ended
+from streams.node_health import NodeGpuHealth, NodeHealth
 from streams.settings import Settings
-from streams.windows import ClosedBucket, GroupWindow
+from streams.windows import GroupWindow
+
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -68,18 +53,16 @@ class Scored:
     seconds: float  # time spent scoring
     failslow: FailSlowVerdict | None = None  # the job's fail-slow verdict (None: stale bucket)
     ended: str | None = None  # why the group ended: its alerts resolved, its state dropped
+    advice: list[Advice] = field(default_factory=list)  # the advisor families' advice
 
 
 @dataclass
-class _FailSlowGroup(JsonState):
-    """One group's fail-slow state; ``window`` (the last buckets' node metrics) is not kept
-    across restarts: it refills in ``localise_buckets`` buckets."""
+class _Group:
+    """What the pipeline holds for one group: its window and, per family that has run or
+    been restored, that family's state (by family name)."""
 
-    state: FailSlowState = field(default_factory=FailSlowState)
-    alerts: FailSlowAlertState = field(default_factory=FailSlowAlertState)
-    window: list[tuple[int, Mapping[str, NodeMetrics]]] = field(
-        default_factory=list, metadata=TRANSIENT
-    )
+    window: GroupWindow
+    states: dict[str, Any] = field(default_factory=dict)
 
 
 class Pipeline:
@@ -104,20 +87,22 @@ class Pipeline:
             bucket_ms / 1000.0
         ):
             raise ValueError(f"GPU health and fail-slow parameters must use bucket_ms={bucket_ms}")
-        self.failslow_inputs = InputParams(gpus_per_node=self.failslow_params.slo.gpus_per_node)
-        self.failslow_alert_params = FailSlowAlertParams(
-            resolve_after=self.failslow_params.slo.merge_gap_buckets or 1, bucket_ms=bucket_ms
-        )
         self.bucket_ms = bucket_ms
         self.grace_s = grace_s
         self.membership_buckets = membership_buckets
-        self.windows: dict[str, GroupWindow] = {}
-        self.states: dict[str, GroupState] = {}
         # per-GPU health (XIDs, remaps) is the node's, wherever its frames go
         self.node_health = NodeHealth(catalog, self.gpu_params)
-        self.failslow_groups: dict[str, _FailSlowGroup] = {}
-        # labels of the group's firing peer alerts, held until they resolve (keep_identity)
-        self.identities: dict[str, dict[AlertKey, Labels]] = {}
+        self.failslow_family = failslow_family = FailSlow(self.failslow_params, bucket_ms)
+        self.failslow_inputs = failslow_family.inputs
+        self.failslow_alert_params = failslow_family.alerts
+        # The detector families, in the order they run (a later one sees what the earlier
+        # ones found): a new family is one more entry here.
+        self.families: tuple[Family[Any], ...] = (
+            PeerScoring(self.features, params),
+            NodeGpuHealth(self.node_health),
+            failslow_family,
+        )
+        self.groups: dict[str, _Group] = {}
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Pipeline:
@@ -135,12 +120,41 @@ class Pipeline:
         )
 
     def window(self, group: str) -> GroupWindow:
-        win = self.windows.get(group)
-        if win is None:
-            win = self.windows[group] = GroupWindow(
-                group, self.features, self.bucket_ms, self.grace_s, self.membership_buckets
+        return self._group(group).window
+
+    def _group(self, group: str) -> _Group:
+        held = self.groups.get(group)
+        if held is None:
+            held = self.groups[group] = _Group(
+                GroupWindow(
+                    group, self.features, self.bucket_ms, self.grace_s, self.membership_buckets
+                )
             )
-        return win
+        return held
+
+    # Per-family views of the groups' state (tests and benchmarks read them).
+    @property
+    def windows(self) -> dict[str, GroupWindow]:
+        return {g: held.window for g, held in self.groups.items()}
+
+    @property
+    def states(self) -> dict[str, GroupState]:
+        return {g: s.scoring for g, s in self._states(PeerScoring.name, PeerState).items()}
+
+    @property
+    def failslow_groups(self) -> dict[str, FailSlowGroup]:
+        return self._states(FailSlow.name, FailSlowGroup)
+
+    @property
+    def identities(self) -> dict[str, Mapping[AlertKey, Labels]]:
+        return {g: s.identity for g, s in self._states(PeerScoring.name, PeerState).items()}
+
+    def _states(self, name: str, kind: type[_T]) -> dict[str, _T]:
+        return {
+            g: state
+            for g, held in self.groups.items()
+            if isinstance(state := held.states.get(name), kind)
+        }
 
     def add(
         self,
@@ -170,47 +184,37 @@ class Pipeline:
         self.node_health.add_log_xid(group, event)
 
     def due(self, group: str, now_s: float) -> list[Scored]:
-        """Score every bucket of ``group`` that is ready to close."""
+        """Score every bucket of ``group`` that is ready to close: each family in turn."""
+        held = self._group(group)
         out = []
-        for bucket in self.window(group).due(now_s):
+        for bucket in held.window.due(now_s):
             started = time.perf_counter()
-            state = self.states.get(group) or GroupState()
-            state, result = score_bucket(
-                state,
-                group,
-                bucket.ts,
-                bucket.frames,
-                bucket.gpus,
-                bucket.expected,
-                self.features,
-                self.params,
-                bucket.roles,
-                bucket.on_hold,
-            )
-            self.states[group] = state
-            gpu_changes, gpu_active = self.node_health.step(
-                group, bucket.ts, symptoms=[*result.active, *result.changes]
-            )
-            paused = result.phase is not None and result.phase.expected
-            verdict, slow_changes, slow_active = self._step_failslow(
-                group, bucket, result.idle, paused
-            )
-            self.identities[group], peer_changes, peer_active = keep_identity(
-                self.identities.get(group, {}),
-                map(self._classify, result.changes),
-                map(self._classify, result.active),
-            )
+            found = BucketEvidence()
+            changes: list[AlertChange] = []
+            active: list[AlertChange] = []
+            advice: list[Advice] = []
+            for family in self.families:
+                state = held.states.get(family.name)
+                step = family.step(family.new() if state is None else state, bucket, found)
+                held.states[family.name] = step.state
+                changes += step.changes
+                active += step.active
+                advice += step.advice
+                found = found if step.found is None else step.found
+            if found.peer is None:
+                raise RuntimeError("the peer scoring family must run in every bucket")
             out.append(
                 Scored(
                     bucket,
-                    result,
-                    with_phase([*peer_changes, *gpu_changes, *slow_changes], result.phase),
-                    with_phase([*peer_active, *gpu_active, *slow_active], result.phase),
+                    found.peer,
+                    with_phase(changes, found.phase),
+                    with_phase(active, found.phase),
                     time.perf_counter() - started,
-                    verdict,
+                    found.failslow,
+                    advice=advice,
                 )
             )
-        why = self.window(group).ended(now_s)
+        why = held.window.ended(now_s)
         if why is not None:
             out.append(self._end(group, why))
         return out
@@ -218,144 +222,53 @@ class Pipeline:
     def _end(self, group: str, why: str) -> Scored:
         """The group ended: every alert it holds resolves, and it is forgotten (a group that
         stops scoring would otherwise fire, and be re-sent, forever)."""
-        win = self.windows[group]
-        ts = max(win.closed_upto, 0)
-        state = self.states.get(group)
-        firing = active_alerts(state.alerts.values(), group=group, bucket_ts=ts) if state else ()
-        _, peer, _ = keep_identity(
-            self.identities.get(group, {}), (ended(c, ts, why) for c in firing), ()
-        )
-        slow = self.failslow_groups.get(group)
-        slow_changes = [ended(c, ts, why) for c in slow.alerts.active()] if slow else []
-        gpu_changes = self.node_health.end_group(group, win.left, ts, why)
-        self._drop(group)
-        bucket = ClosedBucket(group, ts, {}, {}, frozenset())
-        result = BucketResult(group, ts, {}, (), (), ())
-        return Scored(bucket, result, [*peer, *gpu_changes, *slow_changes], [], 0.0, ended=why)
-
-    def _step_failslow(
-        self,
-        group: str,
-        bucket: ClosedBucket,
-        idle: Collection[str] = (),
-        paused: bool = False,
-    ) -> tuple[FailSlowVerdict | None, tuple[AlertChange, ...], tuple[AlertChange, ...]]:
-        """The job's throughput and node metrics → verdict → fail-slow alert changes.
-
-        Only the job population describes the job (idle spares are no one's peers), and
-        nodes are localised against the peers of their role, as in peer scoring. In a
-        checkpoint save or restart load (``paused``: the phase classifier's expected
-        phases) the job is not training: its throughput is no evidence of a slowdown.
-        """
-        slow = self.failslow_groups.get(group)
-        if slow is None:
-            slow = self.failslow_groups[group] = _FailSlowGroup()
-        index = bucket.ts // self.bucket_ms
-        last = slow.state.changepoint.last_bucket
-        if last is not None and index <= last:  # stale (a redelivery after a restart)
-            return None, (), slow.alerts.active()
-        frames = {n: f for n, f in bucket.frames.items() if n not in idle}
-        inputs = job_inputs(frames, bucket.gpus, self.failslow_inputs)
-        if paused:
-            inputs = replace(inputs, throughput=math.nan)
-        keep = self.failslow_params.localise_buckets
-        slow.window = [(i, m) for i, m in slow.window if i > index - keep]
-        if math.isfinite(inputs.throughput):
-            # Only a training job's metrics describe it: while it reports no
-            # throughput (dead, restarting) nothing is localised or learnt from them.
-            slow.window.append((index, inputs.metrics))
-        metrics = [m for _, m in slow.window] if math.isfinite(inputs.throughput) else []
-        slow.state, verdict = step_failslow(
-            slow.state,
-            self.failslow_params,
-            bucket=index,
-            throughput=inputs.throughput,
-            n_gpus=inputs.n_gpus,
-            metrics=metrics,
-            roles=bucket.roles or None,
-        )
-        step = step_failslow_alerts(
-            slow.alerts,
-            verdict,
-            group=group,
-            bucket_ts=bucket.ts,
-            params=self.failslow_alert_params,
-        )
-        slow.alerts = step.state
-        return verdict, step.changes, step.active
+        held = self.groups[group]
+        ending = GroupEnd(group, max(held.window.closed_upto, 0), why, frozenset(held.window.left))
+        changes: list[AlertChange] = []
+        for family in self.families:
+            state = held.states.get(family.name)
+            changes += family.end(family.new() if state is None else state, ending)
+        self.groups.pop(group, None)
+        bucket = ClosedBucket(group, ending.ts, {}, {}, frozenset())
+        result = BucketResult(group, ending.ts, {}, (), (), ())
+        return Scored(bucket, result, changes, [], 0.0, ended=why)
 
     def slo_summary(self, group: str) -> SloSummary | None:
         """The job's throughput-SLO figures so far (None before its first scored bucket)."""
         slow = self.failslow_groups.get(group)
-        if slow is None or slow.state.slo.last_bucket is None:
-            return None
-        return summarise(slow.state.slo, self.failslow_params.slo)
-
-    def _classify(self, change: AlertChange) -> AlertChange:
-        """A deviation alert names the class of the signal that leads it (network, cpu, …).
-
-        Collapse and silence are symptoms of a fail-stop: the XID, when there is
-        one, says which part failed, so they claim no class here.
-        """
-        if change.alertname != NODE_DEVIATION or any(k == "class" for k, _ in change.labels):
-            return change
-        klass = class_of(change.signals, self.features)
-        if klass is None:
-            return change
-        return replace(change, labels=tuple(sorted((*change.labels, ("class", klass)))))
+        return None if slow is None else self.failslow_family.summary(slow)
 
     def groups_waiting(self, now_s: float) -> list[str]:
         """Groups with an open bucket past its grace period, or that ended (a timer should
         wake them: nothing else would)."""
         return [
             g
-            for g, w in self.windows.items()
-            if w.oldest_open_age(now_s) >= self.grace_s or w.ended(now_s) is not None
+            for g, held in self.groups.items()
+            if held.window.oldest_open_age(now_s) >= self.grace_s
+            or held.window.ended(now_s) is not None
         ]
 
     def forget(self, group: str) -> None:
         """Drop everything held for ``group``: another worker owns it now (a rebalance), and
         if it comes back here it must be restored from the table, not from stale memory."""
-        self._drop(group)
+        self.groups.pop(group, None)
         self.node_health.forget_group(group)
 
-    def _drop(self, group: str) -> None:
-        self.windows.pop(group, None)
-        self.states.pop(group, None)
-        self.failslow_groups.pop(group, None)
-        self.identities.pop(group, None)
-
     def snapshot(self, group: str) -> dict[str, Any]:
-        state = self.states.get(group)
-        slow = self.failslow_groups.get(group)
-        return {
-            "window": self.window(group).snapshot(),
-            "detector": state.to_dict() if state is not None else None,
-            "nodes": self.node_health.snapshot(group),
-            "failslow": slow.to_dict() if slow is not None else None,
-            "identity": [
-                [name, node, dict(labels)]
-                for (name, node), labels in sorted(
-                    self.identities.get(group, {}).items(),
-                    key=lambda kv: (kv[0][0], kv[0][1] or ""),
-                )
-            ],
-        }
+        """The group's window and every family's part (its own keys), JSON-safe."""
+        held = self._group(group)
+        out: dict[str, Any] = {"window": held.window.snapshot()}
+        for family in self.families:
+            out.update(family.save(group, held.states.get(family.name)))
+        return out
 
     def restore(self, group: str, snap: Mapping[str, Any]) -> None:
-        self.window(group).restore(snap.get("window", {}))
-        if snap.get("detector") is not None:
-            self.states[group] = GroupState.from_dict(snap["detector"])
-        if snap.get("nodes") is not None:
-            self.node_health.restore(group, snap["nodes"])
-        elif snap.get("gpu_health") is not None:  # saved before per-node GPU health
-            self.node_health.restore_group_state(group, snap["gpu_health"])
-        if snap.get("failslow") is not None:
-            self.failslow_groups[group] = _FailSlowGroup.from_dict(snap["failslow"])
-        self.identities[group] = {
-            (str(name), None if node is None else str(node)): tuple(sorted(labels.items()))
-            for name, node, labels in snap.get("identity", ())
-        }
+        held = self._group(group)
+        held.window.restore(snap.get("window", {}))
+        for family in self.families:
+            state = family.load(group, snap)
+            if state is not None:
+                held.states[family.name] = state
 
 
 def with_phase(changes: Sequence[AlertChange], phase: Phase | None) -> list[AlertChange]:

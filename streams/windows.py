@@ -25,7 +25,8 @@ member has departed or no frame came for ``membership_buckets`` buckets of wall
 time (the job ended, or its frames simply stopped). ``ended`` says so; the
 pipeline then resolves the group's alerts and drops it.
 
-This is bookkeeping only; the maths is in ``detectors``. Time is passed in.
+This is bookkeeping only; the maths is in ``detectors`` (a :class:`ClosedBucket` is the
+detector families' input: ``detectors.family``). Time is passed in.
 """
 
 from __future__ import annotations
@@ -34,19 +35,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from detectors.family import ClosedBucket
 from detectors.features import FeatureSpec
 from streams.frames import merge_frames
-
-
-@dataclass
-class ClosedBucket:
-    group: str
-    ts: int
-    frames: dict[str, dict[str, float]]
-    gpus: dict[str, dict[str, str]]
-    expected: frozenset[str]
-    roles: dict[str, str] = field(default_factory=dict)  # node -> its role in the job, if known
-    on_hold: frozenset[str] = frozenset()  # nodes whose frames all lacked the group's label
 
 
 @dataclass
