@@ -112,6 +112,10 @@ def _num(x: float | None, digits: int = 2) -> str:
     return "" if x is None else f"{x:.{digits}f}"
 
 
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
 def _yes(flag: bool) -> str:
     return '<span class="yes">yes</span>' if flag else '<span class="no">no</span>'
 
@@ -165,7 +169,7 @@ def _header(result: Mapping[str, Any]) -> list[str]:
     out = [
         "<h1>peerwatch backtest</h1>",
         f'<p class="muted">{_e(span)} · {result["buckets"]} buckets of '
-        f"{result['bucket_ms'] / 1000:g} s · {len(result['groups'])} groups"
+        f"{result['bucket_ms'] / 1000:g} s · {_plural(len(result['groups']), 'group')}"
         + (f" · {_e(source)}" if source else "")
         + "</p>",
     ]
@@ -393,6 +397,11 @@ def _img(png: bytes, alt: str) -> str:
     return f'<img alt="{_e(alt)}" src="data:image/png;base64,{data}">'
 
 
+# The plots of a group share their axes' left and right edges (fractions of the width), so
+# the heatmap's and the timeline's time axes line up one above the other.
+_LEFT, _RIGHT = 0.17, 0.86
+
+
 def _figure(width: float, height: float) -> Any:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -400,6 +409,17 @@ def _figure(width: float, height: float) -> Any:
     fig = Figure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(fig)
     return fig
+
+
+def _aligned(height: float) -> tuple[Any, Any]:
+    """A 12-inch-wide figure with one axes between ``_LEFT`` and ``_RIGHT``."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(12.0, height))
+    FigureCanvasAgg(fig)
+    bottom, top = 0.55 / height, 0.35 / height
+    return fig, fig.add_axes((_LEFT, bottom, _RIGHT - _LEFT, 1.0 - bottom - top))
 
 
 def _png(fig: Any) -> bytes:
@@ -437,8 +457,7 @@ def _heatmap_png(
     top = max(top, 1.0)
     start, width = heat["start_ms"], heat["width_ms"]
     x0, x1 = _num_date(start), _num_date(start + heat["columns"] * width)
-    fig = _figure(12.0, min(max(2.8, 0.13 * len(nodes) + 1.6), 14.0))
-    ax = fig.add_subplot()
+    fig, ax = _aligned(min(max(2.8, 0.13 * len(nodes) + 1.2), 14.0))
     image = ax.imshow(
         np.ma.masked_invalid(matrix),
         aspect="auto",
@@ -448,7 +467,9 @@ def _heatmap_png(
         vmin=0.0,
         vmax=top,
     )
-    fig.colorbar(image, ax=ax, label="node score (max per column)", pad=0.01)
+    box = ax.get_position()
+    cax = fig.add_axes((_RIGHT + 0.01, box.y0, 0.012, box.height))
+    fig.colorbar(image, cax=cax, label="node score (max per column)")
     ax.set_yticks(range(len(nodes)))
     ax.set_yticklabels(
         [_label(n) for n in nodes], fontsize=max(4.0, min(8.0, 420.0 / max(len(nodes), 1)))
@@ -516,8 +537,7 @@ def _timeline_png(
     row = {k: i for i, k in enumerate(keys)}
     names = sorted({a["alertname"] for a in alerts})
     colour = {n: _ALERT_COLOURS[i % len(_ALERT_COLOURS)] for i, n in enumerate(names)}
-    fig = _figure(12.0, min(max(2.0, 0.2 * len(keys) + 1.3), 14.0))
-    ax = fig.add_subplot()
+    fig, ax = _aligned(min(max(1.9, 0.22 * len(keys) + 0.9), 14.0))
     lo, hi = span
     min_w = max((hi - lo) / 300, 1)  # a one-bucket alert still shows
     for a in alerts:
@@ -550,7 +570,7 @@ def _timeline_png(
         fontsize=max(5.0, min(8.0, 300.0 / len(keys))),
     )
     ax.set_ylim(len(keys) - 0.5, -0.5)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=7, borderaxespad=0)
     _dates(ax)
     ax.set_xlim(_num_date(lo), _num_date(hi))
     ax.grid(axis="x", color="#eee")

@@ -198,6 +198,7 @@ def test_55_days_of_63_nodes_stay_small() -> None:
     heat = result["groups"]["job"]["heatmap"]
     assert heat["columns"] <= 1000
     assert heat["width_ms"] == 2 * 3_600_000  # 55 days of hours is 1,320 > 1,000 columns
+    assert heat["columns"] == 55 * 12
     assert len(json.dumps(result)) < 400_000
 
 
