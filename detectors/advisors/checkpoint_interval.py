@@ -17,8 +17,8 @@ too: nothing here tells it from a crash.
 
 δ and T are medians over the last ``recent`` saves and intervals. Advice, once at least
 ``min_intervals`` intervals are known, when T is more than ``off_factor`` away from T_opt
-(either way); ``interval_ok`` once when it comes back; the same advice again after
-``repeat_s``.
+(either way); ``interval_ok`` once when it comes back (within ``off_factor / hysteresis``,
+so a median near the bound does not flap); the same advice again after ``repeat_s``.
 """
 
 from __future__ import annotations
@@ -69,11 +69,13 @@ def mtbf_s(up_s: float, failures: int, prior_mtbf_s: float, prior_failures: floa
 @dataclass(frozen=True)
 class CheckpointIntervalParams:
     """``prior_mtbf_s`` (source: 56.2 h) worth ``prior_failures`` failures; ``off_factor``: how
-    far from T_opt (either way) is worth advice; see the module docstring for the rest."""
+    far from T_opt (either way) is worth advice; once advised, ok again only within
+    ``off_factor / hysteresis``; see the module docstring for the rest."""
 
     prior_mtbf_s: float = 56.2 * 3600.0
     prior_failures: float = 1.0
     off_factor: float = 2.0
+    hysteresis: float = 1.25
     min_intervals: int = 3
     recent: int = 16
     same_failure_s: float = 900.0
@@ -86,6 +88,8 @@ class CheckpointIntervalParams:
                 raise ValueError(f"{name} must be finite and > 0, got {value!r}")
         if not (is_real(self.off_factor) and self.off_factor > 1):
             raise ValueError(f"off_factor must be finite and > 1, got {self.off_factor!r}")
+        if not (is_real(self.hysteresis) and 1 <= self.hysteresis < self.off_factor):
+            raise ValueError(f"hysteresis must be in [1, off_factor), got {self.hysteresis!r}")
         if not (is_real(self.same_failure_s) and self.same_failure_s >= 0):
             raise ValueError(f"same_failure_s must be >= 0, got {self.same_failure_s!r}")
         for name in ("min_intervals", "recent"):
@@ -229,31 +233,31 @@ def _advise(
     if len(state.intervals) < params.min_intervals:
         return state, ()
     verdict: Verdict = "ok"
-    if f.ratio > params.off_factor:
+    # once advised, the interval must come well inside off_factor to be ok again (no flapping)
+    off = params.off_factor / (params.hysteresis if state.verdict != "ok" else 1.0)
+    if f.ratio > off:
         verdict = "shorten_interval"
-    elif f.ratio < 1.0 / params.off_factor:
+    elif f.ratio < 1.0 / off:
         verdict = "lengthen_interval"
     repeat = state.said_ts is not None and bucket_ts - state.said_ts >= params.repeat_s * 1000
     if verdict == state.verdict and not (verdict != "ok" and repeat):
         return state, ()
     basis = (
-        f"saves cost {f.delta_s:.1f} s and the job fails every {f.mtbf_s / 3600:.1f} h "
+        f"for saves costing {f.delta_s:.1f} s and an MTBF of {f.mtbf_s / 3600:.1f} h "
         f"({f.failures} failures in {f.up_s / 3600:.1f} h, prior "
         f"{params.prior_mtbf_s / 3600:.1f} h)"
     )
-    costs = (
-        f"expected overhead {f.actual_overhead:.2%} against {f.optimal_overhead:.2%} at the optimum"
-    )
+    costs = f"expected overhead {f.actual_overhead:.2%} against {f.optimal_overhead:.2%}"
     if verdict == "ok":
         summary = (
             f"Checkpoints every {_hours(f.actual_s)} are within {params.off_factor:g}x of the "
-            f"Young/Daly optimum {_hours(f.optimal_s)} ({basis}): {costs}."
+            f"Young/Daly optimum {_hours(f.optimal_s)} {basis}: {costs}."
         )
     else:
         more = "more" if verdict == "shorten_interval" else "less"
         summary = (
             f"Save {more} often: checkpoints every {_hours(f.actual_s)} are {f.ratio:.1f}x the "
-            f"Young/Daly optimum {_hours(f.optimal_s)} ({basis}): {costs}."
+            f"Young/Daly optimum {_hours(f.optimal_s)} {basis}: {costs}."
         )
     advice = Advice(
         advisor=ADVISOR,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -140,7 +141,10 @@ def test_saving_at_3x_the_optimum_is_advised_shorter() -> None:
     assert advice.action == "set_checkpoint_interval"
     assert dict(advice.figures)["optimal_s"] == pytest.approx(2700.2, abs=0.1)
     assert "3.0x the Young/Daly optimum 45.0 min" in advice.summary
-    assert "expected overhead 2.21% against 1.33% at the optimum" in advice.summary
+    assert (
+        "for saves costing 18.0 s and an MTBF of 56.3 h (23 failures in 1294.0 h" in advice.summary
+    )
+    assert "expected overhead 2.21% against 1.33%." in advice.summary
 
 
 def test_near_the_optimum_is_no_advice() -> None:
@@ -185,6 +189,20 @@ def test_advice_is_said_once_then_again_after_repeat_s_then_ok_once() -> None:
     assert fixed.verdict == "ok"
 
 
+def test_once_advised_the_interval_must_come_well_inside_to_be_ok() -> None:
+    # M = 56.26 h, delta 18 s: T_opt = 2,700 s; advised, then 1.8x (inside 2x, outside 2/1.25)
+    state = CheckpointIntervalState(
+        up_s=1294 * H - 60.0, failures=23, intervals=(4860.0,) * 3, deltas=(18.0,) * 3
+    )
+    assert step_save(state, 4860.0, 18.0).advice == ()  # never advised: 1.8x is fine
+    advised = replace(state, verdict="shorten_interval", said_ts=0)
+    held = step_save(advised, 4860.0, 18.0, ts=3600_000)
+    assert held.advice == () and held.state.verdict == "shorten_interval"
+    inside = replace(advised, intervals=(4050.0,) * 3)  # 1.5x: inside 2 / 1.25 = 1.6x
+    (ok,) = step_save(inside, 4050.0, 18.0, ts=3600_000).advice
+    assert ok.kind == "interval_ok" and ok.action is None
+
+
 def test_state_round_trips_through_json() -> None:
     state = run(["training"] * 10 + ["idle"] * 3 + ["load"] * 2, fail_stop_at=(9,))
     state = step_save(state, 8028.0, 18.0).state
@@ -203,6 +221,8 @@ def test_restore_refuses_a_negative_exposure() -> None:
         {"prior_mtbf_s": 0.0},
         {"prior_failures": -1.0},
         {"off_factor": 1.0},
+        {"hysteresis": 0.9},
+        {"hysteresis": 2.0},
         {"min_intervals": 0},
         {"recent": True},
         {"same_failure_s": math.nan},

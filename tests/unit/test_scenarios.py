@@ -762,7 +762,7 @@ def test_tuning_and_reporting_seeds_are_disjoint() -> None:
 def test_the_default_suite_fits_the_evaluation_budget() -> None:
     suite = default_suite()
     weeks = {name for name in SCENARIOS if name.startswith("fleet-week")}
-    opt_in = {"fault-mix", *scenario_names("real-fleet"), *weeks}
+    opt_in = {"fault-mix", "checkpoint-weeks", *scenario_names("real-fleet"), *weeks}
     assert {sc.name for sc in suite} == set(SCENARIOS) - opt_in
     rounds_total = suite_rounds(suite, DEFAULT_SEEDS)
     # every 63-host round is generated and scored in-process: keep the suite to ~10 K rounds

@@ -50,7 +50,7 @@ from types import MappingProxyType
 import numpy as np
 
 from streams.ingest.series import Series
-from streams.lab.simulator import real_fleet
+from streams.lab.simulator import checkpoint_weeks, real_fleet
 from streams.lab.simulator.calibration import Calibration
 from streams.lab.simulator.conditions import HotGpu, LateScrape, PlannedRestart, TwoPopulations
 from streams.lab.simulator.config import ALL_FAMILIES, DEFAULT_START_MS, ClusterConfig
@@ -583,6 +583,12 @@ def _registry() -> dict[str, Scenario]:
                  "HW / SW / network / other shares); not in the default suite.",
                  frozenset({FAIL_STOP, FAIL_SLOW, PRECURSOR}), 60, _FAULT_MIX_DAYS * 24 * _H,
                  _fault_mix, default=False),
+        Scenario("checkpoint-weeks",
+                 "Three weeks of saves every ~2.23 h and ECC fail-stops at a mean 56.2 h of "
+                 "running time, each a restart and a load: the checkpoint advisors' ground "
+                 "truth (fast path: checkpoint_weeks.bucket_frames); run by name only.",
+                 frozenset({FAIL_STOP}), 16, checkpoint_weeks.WEEKS * 7 * 24 * _H,
+                 checkpoint_weeks.checkpoint_weeks, default=False),
         *_real_fleet(),
     ]  # fmt: skip
     return {sc.name: sc for sc in s}
