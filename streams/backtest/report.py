@@ -351,8 +351,6 @@ def _failslow(result: Mapping[str, Any]) -> list[str]:
 def _advice(result: Mapping[str, Any]) -> list[str]:
     advice = result["advice"]
     out = ["<h2>Advice</h2>"]
-    if advice["note"]:
-        out.append(f'<p class="muted">{_e(advice["note"])}</p>')
     if not advice["items"]:
         out.append('<p class="muted">No advisor said anything.</p>')
         return out

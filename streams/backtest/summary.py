@@ -37,7 +37,7 @@ unscored — and ``markers``, known events and XID alerts with their column);
 ``found``, ``before``, ``at_or_before``, ``headline``, ``by_kind``, ``rows``);
 ``false_alerts`` (``count``, ``node_days``, ``group_days``, ``per_group_day``,
 ``by_group``, ``episodes``); ``failslow`` (one row per episode of confirmed
-slowdown); ``advice`` (``source``, ``note``, ``items``: each distinct advice
+slowdown); ``advice`` (``source``, ``items``: each distinct advice
 with its first and last bucket and count, the latest in full).
 """
 
@@ -46,7 +46,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -99,7 +99,6 @@ _MINUTE = 60_000
 _WIDTHS = tuple(
     m * _MINUTE for m in (1, 5, 15, 30, 60, 120, 360, 720, 1440, 2880, 10_080, 20_160, 40_320)
 )
-_HAS_ADVICE = "advice" in {f.name for f in fields(Scored)}
 
 
 class _Heatmap:
@@ -254,7 +253,7 @@ class Accumulator:
         """Take one scored bucket (an ``ended`` one brings only its resolutions)."""
         g = self._group(scored.bucket.group)
         g.events.extend(AlertEvent.from_change(c) for c in scored.changes)
-        for advice in getattr(scored, "advice", ()) or ():
+        for advice in scored.advice:
             self.add_advice(advice)
         if scored.ended is not None:
             self._close_slow(g, scored.bucket.ts)
@@ -362,10 +361,7 @@ class Accumulator:
                 )
             ],
             "advice": {
-                "source": "Scored.advice" if _HAS_ADVICE else "missing",
-                "note": None
-                if _HAS_ADVICE
-                else "this pipeline's Scored carries no advice yet: no advisor ran",
+                "source": "Scored.advice and add_advice",
                 "items": [
                     {
                         "first_ts": s.first_ts,

@@ -32,7 +32,7 @@ def result_with(nodes: tuple[str, ...], group: str = "job") -> dict:
         if i == 100:
             changes = [alert(NODE_DEVIATION, nodes[1], ts)]
         s = scored(ts, {n: float(i % 7) for n in nodes}, changes, group=group)
-        s.advice = [Advice("ledger", "exclude_node", group, ts, f"exclude {EVIL}", node=nodes[0])]  # type: ignore[attr-defined]
+        s.advice = [Advice("ledger", "exclude_node", group, ts, f"exclude {EVIL}", node=nodes[0])]
         acc.add(s)
     return acc.result()
 

@@ -235,7 +235,7 @@ def test_advice_is_collected_once_per_distinct_advice_with_counts() -> None:
     acc = Accumulator([], B)
     for i in range(3):
         s = scored(at(i), {"n1": 0.0})
-        s.advice = [  # type: ignore[attr-defined]
+        s.advice = [
             Advice("ckpt", "lengthen_interval", "job", at(i), f"interval {i}"),
         ]
         acc.add(s)
