@@ -65,7 +65,9 @@ class BucketEvidence:
     ``peer``: peer scoring's result, and from it ``phase`` (the training phase),
     ``idle`` (nodes outside the job: no one's peers) and ``symptoms`` (its alert
     transitions and firing alerts, which per-GPU health weighs); ``failslow``: the
-    job's fail-slow verdict (None: not judged, e.g. a stale bucket).
+    job's fail-slow verdict (None: not judged, e.g. a stale bucket); ``changes``:
+    every alert transition of the families so far (the pipeline fills it in; the
+    node ledger records them).
     """
 
     phase: Phase | None = None
@@ -73,6 +75,7 @@ class BucketEvidence:
     symptoms: tuple[AlertChange, ...] = ()
     peer: BucketResult | None = None
     failslow: FailSlowVerdict | None = None
+    changes: tuple[AlertChange, ...] = ()
 
     @property
     def paused(self) -> bool:

@@ -17,6 +17,7 @@ Faust lets a table be written.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Mapping
@@ -25,8 +26,11 @@ from typing import Any
 import faust
 from faust.types import TP
 
+from detectors.advisors.jobs import JobEvent, JobEventError
+from detectors.vocabulary import Advice
 from detectors.xid.kernel_log import parse_kernel_line
 from streams.acks import BucketAcks
+from streams.advice import advice_key, advice_record
 from streams.alerting import AlertLinks, to_payload, to_record
 from streams.frames import Frame, FrameError, decode_frame, encode_frame
 from streams.kafka import faust_credentials
@@ -99,6 +103,10 @@ def create_app(
         value_type=AlertRecord,
         partitions=settings.topic_partitions,
     )
+    # advice shares the alerts topic as its own JSON record (streams.advice)
+    advice_topic = app.topic(
+        settings.topic_alerts, key_type=str, value_type=bytes, value_serializer="raw"
+    )
     state_table = app.Table(
         "group-state", default=None, partitions=settings.topic_partitions, key_type=str
     )
@@ -138,7 +146,23 @@ def create_app(
         if slo is not None:
             verdict = scored.failslow
             metrics.observe_slo(bucket.group, slo, slow=verdict.slow if verdict else None)
+        metrics.advisors.observe_ledger(bucket.group, *pipeline.ledger_figures(bucket.group))
         await send_changes(scored)
+        await send_advice(scored.advice)
+
+    async def send_advice(advice: list[Advice]) -> None:
+        metrics.advisors.count_advice(advice)
+        for a in advice:
+            log.info(
+                "advice_given advisor=%s kind=%s group=%s node=%s action=%s summary=%s",
+                a.advisor,
+                a.kind,
+                a.group,
+                a.node,
+                a.action,
+                a.summary,
+            )
+            await advice_topic.send(key=advice_key(a), value=advice_record(a))
 
     async def send_changes(scored: Scored) -> None:
         for change in scored.changes:
@@ -294,6 +318,51 @@ def create_app(
                 record.group, event.with_origin(node=record.node, gpu=gpu, ts_ms=record.ts)
             )
             log.info("xid_line node=%s xid=%d gpu=%s", record.node, event.xid, gpu)
+
+    if settings.topic_job_attempts:
+        jobs_topic = app.topic(
+            settings.topic_job_attempts,
+            key_type=str,
+            value_type=bytes,
+            value_serializer="raw",
+            partitions=settings.topic_partitions,
+        )
+        # a job's retry chain spans its restarts, so it is kept apart from the group's state
+        # (which goes when the group ends); same key and partitions as the frames
+        retry_table = app.Table(
+            "retry-state", default=None, partitions=settings.topic_partitions, key_type=str
+        )
+
+        @app.agent(jobs_topic)
+        async def read_job_events(stream: Any) -> None:
+            async for event in stream.events():
+                message = event.message
+                try:
+                    job = JobEvent.from_dict(json.loads(event.value or b""))
+                except (ValueError, RecursionError) as exc:  # JobEventError, bad JSON
+                    reason = exc if isinstance(exc, JobEventError) else f"not JSON: {exc}"
+                    log.warning(
+                        "job_event_rejected topic=%s partition=%d offset=%d reason=%.300s",
+                        message.topic,
+                        message.partition,
+                        message.offset,
+                        reason,
+                    )
+                    continue
+                group = job.peer_group
+                if (snap := retry_table.get(group)) is not None:  # the table is the truth
+                    pipeline.restore_retry(group, snap)  # after a rebalance
+                advice = pipeline.add_job_event(job)
+                retry_table[group] = pipeline.retry_snapshot(group)
+                metrics.advisors.observe_retry(group, pipeline.retry_figures(group))
+                log.info(
+                    "job_event job=%s attempt=%d state=%s group=%s",
+                    job.name,
+                    job.attempt,
+                    job.state,
+                    group,
+                )
+                await send_advice(advice)
 
     @app.on_rebalance_complete.connect  # type: ignore[arg-type]
     async def _restored(sender: Any, **kwargs: Any) -> None:

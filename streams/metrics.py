@@ -16,7 +16,7 @@ from detectors.fusion import NodeVerdict
 from detectors.gpu_health import XID_ALERT
 from detectors.phase import PHASES
 from detectors.population import Composition
-from detectors.vocabulary import AlertChange
+from detectors.vocabulary import Advice, AlertChange
 from streams.process_metrics import register_process_metrics
 
 log = logging.getLogger("peerwatch.ingest")
@@ -222,6 +222,7 @@ class WorkerMetrics:
         self._slo_gauges()
         self._slo_counters()
         self.nodes = NodeSeries(r)
+        self.advisors = AdvisorSeries(r)
         # at zero from the start, so rates and dashboards have a series before the first one
         for stage in ("decode", "score"):
             self.frames_failed.labels(stage=stage)
@@ -259,6 +260,7 @@ class WorkerMetrics:
         for key in [k for k in self._exported if k[1] == group]:
             del self._exported[key]
         self.nodes.forget(group)
+        self.advisors.forget(group)
 
     def observe_phase(self, group: str, phase: str) -> None:
         """One series per phase, so a dashboard can stack them and alerts can join on it."""
@@ -376,7 +378,37 @@ class WorkerMetrics:
 REMAP_KINDS = ("correctable", "uncorrectable", "pending", "failure")
 
 
-class NodeSeries:
+class GroupSeries:
+    """Series labelled by group first, replaced as a set per group and dropped with it."""
+
+    def __init__(self) -> None:
+        # group -> metric -> label values (after the group) -> the series exported for it now
+        self._held: dict[str, dict[Gauge | Counter, dict[tuple[str, ...], Any]]] = {}
+
+    def forget(self, group: str) -> None:
+        for metric, held in self._held.pop(group, {}).items():
+            for labels in held:
+                metric.remove(group, *labels)
+
+    def _replace(self, gauge: Gauge, group: str, values: Mapping[tuple[str, ...], float]) -> None:
+        held = self._held.setdefault(group, {}).setdefault(gauge, {})
+        for labels in held.keys() - values.keys():
+            gauge.remove(group, *labels)
+            del held[labels]
+        for labels, value in values.items():
+            self._child(gauge, group, labels).set(value)
+
+    def _child(self, metric: Gauge | Counter, group: str, labels: tuple[str, ...]) -> Any:
+        """The labelled series, kept: ``labels()`` validates and locks on every call, and
+        this runs for every node of every bucket."""
+        held = self._held.setdefault(group, {}).setdefault(metric, {})
+        child = held.get(labels)
+        if child is None:
+            child = held[labels] = metric.labels(group, *labels)
+        return child
+
+
+class NodeSeries(GroupSeries):
     """Series labelled by node: what a dashboard draws per node (``deploy/grafana``).
 
     Bounded: only the nodes of the groups this worker scores now. Each scored bucket
@@ -385,6 +417,7 @@ class NodeSeries:
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__()
         self.score = Gauge(
             "peerwatch_node_score",
             "the node's fused deviation score among its peers in the group's last scored "
@@ -412,8 +445,6 @@ class NodeSeries:
             ["group", "node", "xid"],
             registry=registry,
         )
-        # group -> metric -> label values (after the group) -> the series exported for it now
-        self._held: dict[str, dict[Gauge | Counter, dict[tuple[str, ...], Any]]] = {}
 
     def observe(
         self,
@@ -449,27 +480,87 @@ class NodeSeries:
                 xid = f"{change.score:.0f}"  # an XID alert's score is its XID (gpu_health)
                 self._child(self.xid_alerts, group, (change.node or "", xid)).inc()
 
-    def forget(self, group: str) -> None:
-        for metric, held in self._held.pop(group, {}).items():
-            for labels in held:
-                metric.remove(group, *labels)
 
-    def _replace(self, gauge: Gauge, group: str, values: Mapping[tuple[str, ...], float]) -> None:
-        held = self._held.setdefault(group, {}).setdefault(gauge, {})
-        for labels in held.keys() - values.keys():
-            gauge.remove(group, *labels)
-            del held[labels]
-        for labels, value in values.items():
-            self._child(gauge, group, labels).set(value)
+class AdvisorSeries(GroupSeries):
+    """What the advisors said and the figures behind it: advice given, the retry advisor's
+    chains and downtimes, the node ledger's concentration and per-node counts (its window).
 
-    def _child(self, metric: Gauge | Counter, group: str, labels: tuple[str, ...]) -> Any:
-        """The labelled series, kept: ``labels()`` validates and locks on every call, and
-        this runs for every node of every bucket."""
-        held = self._held.setdefault(group, {}).setdefault(metric, {})
-        child = held.get(labels)
-        if child is None:
-            child = held[labels] = metric.labels(group, *labels)
-        return child
+    Unlike the node series these outlive a group's end: a job's retries span its restarts.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__()
+        self.advice = Counter(
+            "peerwatch_advice",
+            "advice given (peerwatch.alerts advice records), by advisor and kind",
+            ["group", "advisor", "kind"],
+            registry=registry,
+        )
+        self.retry_chains = Gauge(
+            "peerwatch_retry_chains",
+            "automatic retry chains of the group's jobs: opened, recovered (a retry trained)",
+            ["group", "outcome"],
+            registry=registry,
+        )
+        self.retry_downtime = Gauge(
+            "peerwatch_retry_downtime_median_seconds",
+            "median downtime from a training attempt's failure to training again, by who "
+            "restarted it (auto, manual)",
+            ["group", "trigger"],
+            registry=registry,
+        )
+        self.ledger_concentration = Gauge(
+            "peerwatch_ledger_exclusion_concentration",
+            "share of the group's node exclusions in the ledger's window held by its top-k nodes",
+            ["group"],
+            registry=registry,
+        )
+        self.ledger_xids = Gauge(
+            "peerwatch_ledger_node_xids",
+            "XIDs per node and code in the ledger's window (nodes with any only)",
+            ["group", "node", "xid"],
+            registry=registry,
+        )
+        self.ledger_exclusions = Gauge(
+            "peerwatch_ledger_node_exclusions",
+            "times the node was left out of a job's next attempt, in the ledger's window",
+            ["group", "node"],
+            registry=registry,
+        )
+
+    def count_advice(self, advice: Iterable[Advice]) -> None:
+        for a in advice:
+            self._child(self.advice, a.group, (a.advisor, a.kind)).inc()
+
+    def observe_retry(self, group: str, summary: Mapping[str, Any]) -> None:
+        """``summary``: :func:`detectors.advisors.retry.retry_summary`."""
+        chains: dict[tuple[str, ...], float] = {
+            ("opened",): summary["chains"],
+            ("recovered",): summary["chains_recovered"],
+        }
+        self._replace(self.retry_chains, group, chains)
+        downtimes: dict[tuple[str, ...], float] = {
+            (trigger,): hours * 3600.0
+            for trigger in ("auto", "manual")
+            if (hours := summary[f"median_downtime_{trigger}_h"]) is not None
+        }
+        self._replace(self.retry_downtime, group, downtimes)
+
+    def observe_ledger(
+        self,
+        group: str,
+        concentration: float | None,
+        xids: Mapping[str, Mapping[int, int]],
+        exclusions: Mapping[str, int],
+    ) -> None:
+        share: dict[tuple[str, ...], float] = {} if concentration is None else {(): concentration}
+        self._replace(self.ledger_concentration, group, share)
+        self._replace(
+            self.ledger_xids,
+            group,
+            {(node, str(code)): n for node, codes in xids.items() for code, n in codes.items()},
+        )
+        self._replace(self.ledger_exclusions, group, {(n,): c for n, c in exclusions.items()})
 
 
 def remapped_rows(values: Mapping[str, float]) -> dict[str, float]:

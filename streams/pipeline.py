@@ -24,9 +24,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
+from detectors.advisors.jobs import JobEvent
+from detectors.advisors.ledger import LedgerParams, LedgerState, NodeLedger, observe_job
+from detectors.advisors.ledger import concentration as ledger_concentration
+from detectors.advisors.ledger import xid_counts as ledger_xid_counts
+from detectors.advisors.retry import (
+    RetryParams,
+    RetryState,
+    observe_xid,
+    retry_summary,
+    step_retry,
+)
 from detectors.failslow.family import FailSlow, FailSlowGroup
 from detectors.failslow.monitor import FailSlowParams, FailSlowVerdict
 from detectors.failslow.slo import SloSummary
+from detectors.families import XID_ALERT
 from detectors.family import BucketEvidence, ClosedBucket, Family, GroupEnd
 from detectors.features import DEFAULT_BUCKET_MS, FeatureSpec
 from detectors.gpu_health import GpuHealthParams
@@ -77,6 +89,8 @@ class Pipeline:
         membership_buckets: int = 20,
         gpu_health: GpuHealthParams | None = None,
         failslow: FailSlowParams | None = None,
+        retry: RetryParams | None = None,
+        ledger: LedgerParams | None = None,
     ) -> None:
         self.features = tuple(features)
         self.params = params
@@ -95,14 +109,19 @@ class Pipeline:
         self.failslow_family = failslow_family = FailSlow(self.failslow_params, bucket_ms)
         self.failslow_inputs = failslow_family.inputs
         self.failslow_alert_params = failslow_family.alerts
+        self.retry_params = retry or RetryParams()
+        self.ledger_family = NodeLedger(ledger or LedgerParams())
         # The detector families, in the order they run (a later one sees what the earlier
         # ones found): a new family is one more entry here.
         self.families: tuple[Family[Any], ...] = (
             PeerScoring(self.features, params),
             NodeGpuHealth(self.node_health),
             failslow_family,
+            self.ledger_family,  # last: it records every change of the bucket
         )
         self.groups: dict[str, _Group] = {}
+        # per group; outlives the group's end (a job's retries span its restarts)
+        self.retry_states: dict[str, RetryState] = {}
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Pipeline:
@@ -117,6 +136,8 @@ class Pipeline:
             membership_buckets=settings.membership_buckets,
             gpu_health=settings.gpu_health,
             failslow=settings.failslow,
+            retry=settings.retry,
+            ledger=settings.ledger,
         )
 
     def window(self, group: str) -> GroupWindow:
@@ -148,6 +169,10 @@ class Pipeline:
     @property
     def identities(self) -> dict[str, Mapping[AlertKey, Labels]]:
         return {g: s.identity for g, s in self._states(PeerScoring.name, PeerState).items()}
+
+    @property
+    def ledgers(self) -> dict[str, LedgerState]:
+        return self._states(NodeLedger.name, LedgerState)
 
     def _states(self, name: str, kind: type[_T]) -> dict[str, _T]:
         return {
@@ -182,6 +207,59 @@ class Pipeline:
         """An XID from a kernel log line; judged with the next scored bucket of the node's
         group (``group``, the shipper's, until the node's frames have said where it is)."""
         self.node_health.add_log_xid(group, event)
+        if event.node is not None and event.ts_ms is not None:  # a cause for a failure soon
+            action = self.catalog.lookup(event.xid, event.substatus).action
+            observe_xid(self._retry(group), self.retry_params, event.node, event.xid, action,
+                        event.ts_ms)  # fmt: skip
+
+    def add_job_event(self, event: JobEvent) -> list[Advice]:
+        """One job lifecycle event from the scheduler: the retry advisor's step for a failed
+        attempt, the ledger's word on a node placed back too soon.
+
+        Event-driven, not a family stepped per bucket: the advice must reach the scheduler
+        before its retry delay runs out, whether or not a bucket of the group closes, and a
+        job's attempts outlive the group that scores its nodes (its frames stop while it
+        restarts, and the group ends).
+        """
+        group = event.peer_group
+        advice = step_retry(self._retry(group), self.retry_params, self.catalog, event)
+        held = self.groups.get(group)  # the ledger is the scored group's: none before frames
+        if held is None:
+            return advice
+        ledger = held.states.setdefault(NodeLedger.name, LedgerState())
+        return advice + observe_job(ledger, self.ledger_family.params, event)
+
+    def _retry(self, group: str) -> RetryState:
+        state = self.retry_states.get(group)
+        if state is None:
+            state = self.retry_states[group] = RetryState()
+        return state
+
+    def _retry_causes(self, group: str, changes: Sequence[AlertChange]) -> None:
+        """A bucket's XID alerts: causes for the retry advisor when a job fails soon after."""
+        for c in changes:
+            if c.alertname == XID_ALERT and c.status == "firing" and c.node and c.action:
+                observe_xid(self._retry(group), self.retry_params, c.node, round(c.score),
+                            c.action, c.bucket_ts)  # fmt: skip
+
+    def retry_figures(self, group: str) -> dict[str, Any]:
+        """The group's chain success and downtimes (``retry_summary``)."""
+        return retry_summary(self._retry(group).stats)
+
+    def ledger_figures(
+        self, group: str
+    ) -> tuple[float | None, dict[str, dict[int, int]], dict[str, int]]:
+        """The ledger's exclusion concentration, XID counts and exclusions per node."""
+        ledger = self.ledgers.get(group) or LedgerState()
+        share, _ = ledger_concentration(ledger, self.ledger_family.params)
+        exclusions = {n: len(r.exclusions) for n, r in ledger.nodes.items() if r.exclusions}
+        return share, ledger_xid_counts(ledger), exclusions
+
+    def retry_snapshot(self, group: str) -> dict[str, Any]:
+        return self._retry(group).to_dict()
+
+    def restore_retry(self, group: str, snap: Mapping[str, Any]) -> None:
+        self.retry_states[group] = RetryState.from_dict(snap)
 
     def due(self, group: str, now_s: float) -> list[Scored]:
         """Score every bucket of ``group`` that is ready to close: each family in turn."""
@@ -195,6 +273,7 @@ class Pipeline:
             advice: list[Advice] = []
             for family in self.families:
                 state = held.states.get(family.name)
+                found = replace(found, changes=tuple(changes))
                 step = family.step(family.new() if state is None else state, bucket, found)
                 held.states[family.name] = step.state
                 changes += step.changes
@@ -203,6 +282,7 @@ class Pipeline:
                 found = found if step.found is None else step.found
             if found.peer is None:
                 raise RuntimeError("the peer scoring family must run in every bucket")
+            self._retry_causes(group, changes)
             out.append(
                 Scored(
                     bucket,
@@ -253,6 +333,7 @@ class Pipeline:
         if it comes back here it must be restored from the table, not from stale memory."""
         self.groups.pop(group, None)
         self.node_health.forget_group(group)
+        self.retry_states.pop(group, None)
 
     def snapshot(self, group: str) -> dict[str, Any]:
         """The group's window and every family's part (its own keys), JSON-safe."""

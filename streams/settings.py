@@ -26,6 +26,8 @@ from pydantic_settings import (
 
 from detectors.advisors.checkpoint_interval import CheckpointIntervalParams
 from detectors.advisors.checkpoint_io import CheckpointIoParams
+from detectors.advisors.ledger import LedgerParams
+from detectors.advisors.retry import RetryParams
 from detectors.failslow.monitor import FailSlowParams
 from detectors.features import DEFAULT_BUCKET_MS
 from detectors.gpu_health import GpuHealthParams
@@ -90,6 +92,11 @@ class Settings(BaseSettings):
     # the scheduler's job -> nodes events (streams.ingest.membership): they outrank labels
     membership_file: Path | None = Field(None, description="JSON-lines file of job events")
     topic_jobs: str | None = Field(None, description="Kafka topic of job events (key = job)")
+    topic_job_attempts: str | None = Field(
+        None,
+        description="Kafka topic of job lifecycle events for the retry advisor and the node "
+        "ledger (key = the job's peer group), e.g. peerwatch.jobs; off if unset",
+    )
     # HA Prometheus pairs: one replica per cluster (Cortex / Mimir's HA tracker)
     replica_labels: list[str] = ["prometheus_replica", "__replica__"]
     ha_cluster_labels: list[str] = ["cluster"]
@@ -253,6 +260,16 @@ class Settings(BaseSettings):
         default_factory=CheckpointIntervalParams,
         description="checkpoint interval advice: MTBF prior, how far from Young/Daly is off "
         "(detectors.advisors.checkpoint_interval.CheckpointIntervalParams)",
+    )
+    retry: RetryParams = Field(
+        default_factory=RetryParams,
+        description="retry advisor: backoff, caps on identical and consecutive failures, XID "
+        "action to step (detectors.advisors.retry.RetryParams)",
+    )
+    ledger: LedgerParams = Field(
+        default_factory=LedgerParams,
+        description="node-health ledger: window, concentration, chronic nodes, peer-rate flag "
+        "for application-class XIDs (detectors.advisors.ledger.LedgerParams)",
     )
 
     @model_validator(mode="before")

@@ -21,12 +21,14 @@ log = logging.getLogger("peerwatch.topics")
 
 
 async def ensure_topics(settings: Settings, attempts: int | None = 30) -> None:
-    """Create the frames, alerts and xid topics if missing.
+    """Create the frames, alerts, xid (and job attempts) topics if missing.
 
     Retries while the broker is unreachable: ``attempts`` times, or forever if None;
     a refused login raises ``KafkaLoginError`` at once.
     """
-    names = (settings.topic_frames, settings.topic_alerts, settings.topic_xid)
+    names = [settings.topic_frames, settings.topic_alerts, settings.topic_xid]
+    if settings.topic_job_attempts:  # keyed by group like the frames: the same partitions
+        names.append(settings.topic_job_attempts)
 
     async def create_missing() -> None:
         admin = AIOKafkaAdminClient(**client_options(settings))

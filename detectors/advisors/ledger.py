@@ -17,17 +17,20 @@ in the next: what the scheduler did), and says so once when:
   of an XID whose action is at least ``return_min_action`` (a reboot, support).
 
 A flag is advised when it rises; it rises again only after it has cleared
-(window, or :func:`reset_counts`). Functions update the state in place.
+(window, or :func:`reset_counts`). Functions update the state in place;
+:class:`NodeLedger` runs :func:`step_ledger` as a detector family.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from detectors.advisors.jobs import JobEvent
 from detectors.checks import is_int, is_real
 from detectors.families import XID_ALERT
+from detectors.family import BucketEvidence, ClosedBucket, FamilyStep, GroupEnd, GroupFamily
 from detectors.state_codec import JsonState
 from detectors.vocabulary import Advice, AlertChange, Figure
 from detectors.xid.actions import action_rank, is_action
@@ -36,6 +39,7 @@ __all__ = [
     "ADVISOR",
     "LedgerParams",
     "LedgerState",
+    "NodeLedger",
     "NodeRecord",
     "concentration",
     "observe_job",
@@ -91,7 +95,6 @@ class NodeRecord(JsonState):
     exclusions: list[int] = field(default_factory=list)
     serious_xid: tuple[int, int, str] | None = None  # (ts, xid, action) of its last serious XID
     flags: list[str] = field(default_factory=list)  # raised and not cleared
-    seen: int = 0  # last time it was in the group
 
     def empty(self) -> bool:
         return not (self.alerts or self.exclusions or any(self.xids.values()))
@@ -103,13 +106,16 @@ class LedgerState(JsonState):
     attempts: dict[str, list[str]] = field(default_factory=dict)  # job name -> last nodes
     concentrated: bool = False
     now: int = 0
+    peers: int = 0  # nodes in the group's last bucket: records are kept for nodes with entries
+
+    def group_size(self) -> int:
+        return max(self.peers, len(self.nodes))
 
 
-def _record(state: LedgerState, node: str, ts: int) -> NodeRecord:
+def _record(state: LedgerState, node: str) -> NodeRecord:
     rec = state.nodes.get(node)
     if rec is None:
         rec = state.nodes[node] = NodeRecord()
-    rec.seen = max(rec.seen, ts)
     return rec
 
 
@@ -123,16 +129,15 @@ def step_ledger(
     params: LedgerParams,
     group: str,
     ts: int,
-    nodes: Iterable[str],
+    nodes: Collection[str],
     changes: Iterable[AlertChange],
 ) -> list[Advice]:
     """One scored bucket: its nodes (each one a peer) and its alert changes; flags that rose."""
-    for node in nodes:
-        _record(state, node, ts)
+    state.peers = len(nodes)
     for change in changes:
         if change.status != "firing" or change.node is None:
             continue
-        rec = _record(state, change.node, ts)
+        rec = _record(state, change.node)
         if change.alertname == XID_ALERT:
             xid = round(change.score)  # an XID alert's score is its XID (gpu_health)
             _push(rec.xids.setdefault(xid, []), change.bucket_ts)
@@ -142,6 +147,32 @@ def step_ledger(
         else:
             _push(rec.alerts, change.bucket_ts)
     return _review(state, params, group, ts)
+
+
+class NodeLedger(GroupFamily[LedgerState]):
+    """The ledger as a detector family: last in the pipeline, fed every change of the bucket.
+    It raises no alerts, so a group's end resolves nothing."""
+
+    name = ADVISOR
+    state_type = LedgerState
+
+    def __init__(self, params: LedgerParams) -> None:
+        self.params = params
+
+    def step(
+        self, state: LedgerState, bucket: ClosedBucket, found: BucketEvidence
+    ) -> FamilyStep[LedgerState]:
+        advice = step_ledger(
+            state, self.params, bucket.group, bucket.ts, bucket.frames.keys(), found.changes
+        )
+        return FamilyStep(state, advice=tuple(advice))
+
+    def end(self, state: LedgerState, ending: GroupEnd) -> tuple[AlertChange, ...]:
+        return ()
+
+    def save(self, group: str, state: LedgerState | None) -> dict[str, Any]:
+        # no key until it has a state: snapshots of groups it never saw stay as they were
+        return {} if state is None else super().save(group, state)
 
 
 def observe_job(state: LedgerState, params: LedgerParams, event: JobEvent) -> list[Advice]:
@@ -155,11 +186,11 @@ def observe_job(state: LedgerState, params: LedgerParams, event: JobEvent) -> li
     out = []
     before = state.attempts.get(event.name)
     for node in sorted(set(before or ()) - set(event.nodes)):
-        _push(_record(state, node, event.ts).exclusions, event.ts)
+        _push(_record(state, node).exclusions, event.ts)
     state.attempts[event.name] = sorted(event.nodes)
     for node in sorted(event.nodes):
-        rec = _record(state, node, event.ts)
-        if rec.serious_xid is None:
+        rec = state.nodes.get(node)
+        if rec is None or rec.serious_xid is None:
             continue
         at, xid, action = rec.serious_xid
         if 0 <= event.ts - at <= params.return_window_s * 1000:
@@ -221,7 +252,9 @@ def _prune(state: LedgerState, params: LedgerParams, now: int) -> None:
         rec.exclusions = [t for t in rec.exclusions if t > horizon]
         kept = {c: [t for t in ts if t > horizon] for c, ts in rec.xids.items()}
         rec.xids = {c: ts for c, ts in kept.items() if ts}
-        if rec.empty() and rec.seen <= horizon:
+        if rec.serious_xid is not None and rec.serious_xid[0] <= horizon:
+            rec.serious_xid = None
+        if rec.empty() and rec.serious_xid is None and not rec.flags:
             del state.nodes[node]
 
 
@@ -240,16 +273,21 @@ def _review(state: LedgerState, params: LedgerParams, group: str, ts: int) -> li
                 "exclusions_concentrated",
                 group,
                 ts,
-                f"the top {len(top)} of {len(state.nodes)} nodes ({', '.join(top)}) took "
+                f"the top {len(top)} of {state.group_size()} nodes ({', '.join(top)}) took "
                 f"{share:.0%} of {total} exclusions: diagnose them rather than rotate them out",
                 None,
-                {"share": share, "exclusions": total, "nodes": len(state.nodes), "top_k": len(top)},
+                {
+                    "share": share,
+                    "exclusions": total,
+                    "nodes": state.group_size(),
+                    "top_k": len(top),
+                },
                 None,
                 nodes=tuple(top),
             )
         )
     state.concentrated = concentrated
-    peers = len(state.nodes)
+    peers = state.group_size()
     totals = {c: sum(len(r.xids.get(c, ())) for r in state.nodes.values()) for c in params.app_xids}
     for node, rec in sorted(state.nodes.items()):
         flags: dict[str, Advice] = {}

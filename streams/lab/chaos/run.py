@@ -345,6 +345,7 @@ class _AlertmanagerWatch:
 
 
 async def _read_topic(bootstrap: str, topic: str, idle_s: float = 3.0) -> list[dict[str, Any]]:
+    """The alert records of ``topic`` (advice records, ``streams.advice``, are not decisions)."""
     consumer = AIOKafkaConsumer(
         topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
     )
@@ -353,7 +354,7 @@ async def _read_topic(bootstrap: str, topic: str, idle_s: float = 3.0) -> list[d
     try:
         while batch := await consumer.getmany(timeout_ms=int(idle_s * 1000)):
             for messages in batch.values():
-                records.extend(json.loads(m.value) for m in messages)
+                records.extend(r for m in messages if "labels" in (r := json.loads(m.value)))
     finally:
         await consumer.stop()
     return records

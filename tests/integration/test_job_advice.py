@@ -1,0 +1,56 @@
+"""A job's failed attempt on the job lifecycle topic of a real worker process comes back as an
+advice record on the alerts topic: XID 79 on one node, so exclude it and take a spare."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from aiokafka import AIOKafkaProducer
+
+from streams.advice import decode_advice
+from tests.integration.harness import Deployment, read_topic, wait_for
+from tests.integration.test_open_buckets import metric
+
+NODES = ["n1", "n2", "n3"]
+
+
+async def test_a_failed_attempt_in_gives_an_advice_record_out(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    deployment = Deployment.new(kafka_bootstrap, "", tmp_path)
+    jobs = deployment.alerts_topic.replace("-alerts", "-jobs")
+    deployment.env["PEERWATCH_TOPIC_JOB_ATTEMPTS"] = jobs
+    group, port = deployment.job, deployment.metrics_port
+    attempt = {"job_id": "s1", "name": "llm", "attempt": 1, "group": group, "nodes": NODES}
+    events = [
+        {**attempt, "state": "running", "ts": 1_000, "pool": [*NODES, "n4"]},
+        {**attempt, "state": "training", "ts": 60_000},
+        {**attempt, "state": "failed", "ts": 3_600_000, "exit_reason": "xid",
+         "xids": [{"node": "n2", "xid": 79}], "pool": [*NODES, "n4"]},
+    ]  # fmt: skip
+    worker = deployment.worker().start()
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+    await producer.start()
+    try:
+        await producer.send_and_wait(jobs, b"{not json", key=group.encode())  # logged, skipped
+        for event in events:
+            await producer.send_and_wait(jobs, json.dumps(event).encode(), key=group.encode())
+
+        async def advised() -> bool:
+            return await metric(port, "peerwatch_advice_total") >= 1
+
+        await wait_for(advised, 60, "the retry advice")
+        records = await read_topic(kafka_bootstrap, deployment.alerts_topic, idle_s=1.0)
+    finally:
+        await producer.stop()
+        worker.stop()
+    advice = [a for r in records if (a := decode_advice(json.dumps(r).encode()))]
+    assert [(a.advisor, a.kind, a.nodes, a.action) for a in advice] == [
+        ("retry", "exclude_nodes", ("n2",), "EXCLUDE_AND_RETRY")
+    ]
+    figures = dict(advice[0].figures)
+    assert (figures["delay_s"], figures["available"], figures["gang"]) == (600.0, 3, 3)
+    assert advice[0].group == group and records[0]["record"] == "advice"
+    log = (tmp_path / "worker.log").read_text()
+    assert "job_event_rejected" in log and "advice_given advisor=retry kind=exclude_nodes" in log
