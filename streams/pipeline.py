@@ -13,8 +13,10 @@ node and following it across groups: ``streams.node_health``) and fail-slow
 (``detectors.failslow.family``: the job's throughput from its trainer metrics,
 change points, culprit localisation among the group's nodes, staged advice,
 throughput-SLO accounting, and the ``PeerwatchFailSlow`` / ``PeerwatchJobSlow``
-alerts). A group is one job here (``group_labels`` set to the scheduler's job
-label), and all its nodes are one role: frames carry no rank labels yet.
+alerts), then the advisors (``detectors.advisors``: checkpoint I/O and interval, whose
+``Advice`` rides on ``Scored.advice``). A group is one job here (``group_labels`` set
+to the scheduler's job label), and all its nodes are one role: frames carry no rank
+labels yet.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
+from detectors.advisors.checkpoint_family import CheckpointAdvisors, CheckpointState
+from detectors.advisors.checkpoint_interval import CheckpointIntervalParams
+from detectors.advisors.checkpoint_io import CheckpointIoParams
 from detectors.advisors.jobs import JobEvent
 from detectors.advisors.ledger import LedgerParams, LedgerState, NodeLedger, observe_job
 from detectors.advisors.ledger import concentration as ledger_concentration
@@ -91,6 +96,8 @@ class Pipeline:
         failslow: FailSlowParams | None = None,
         retry: RetryParams | None = None,
         ledger: LedgerParams | None = None,
+        checkpoint_io: CheckpointIoParams | None = None,
+        checkpoint_interval: CheckpointIntervalParams | None = None,
     ) -> None:
         self.features = tuple(features)
         self.params = params
@@ -117,6 +124,11 @@ class Pipeline:
             PeerScoring(self.features, params),
             NodeGpuHealth(self.node_health),
             failslow_family,
+            CheckpointAdvisors(
+                checkpoint_io or CheckpointIoParams(),
+                checkpoint_interval or CheckpointIntervalParams(),
+                bucket_ms,
+            ),
             self.ledger_family,  # last: it records every change of the bucket
         )
         self.groups: dict[str, _Group] = {}
@@ -138,6 +150,8 @@ class Pipeline:
             failslow=settings.failslow,
             retry=settings.retry,
             ledger=settings.ledger,
+            checkpoint_io=settings.checkpoint_io,
+            checkpoint_interval=settings.checkpoint_interval,
         )
 
     def window(self, group: str) -> GroupWindow:
@@ -173,6 +187,11 @@ class Pipeline:
     @property
     def ledgers(self) -> dict[str, LedgerState]:
         return self._states(NodeLedger.name, LedgerState)
+
+    @property
+    def checkpoints(self) -> dict[str, CheckpointState]:
+        """The checkpoint advisors' state per group (their figures for /metrics)."""
+        return self._states(CheckpointAdvisors.name, CheckpointState)
 
     def _states(self, name: str, kind: type[_T]) -> dict[str, _T]:
         return {
