@@ -13,10 +13,10 @@ node and following it across groups: ``streams.node_health``) and fail-slow
 (``detectors.failslow.family``: the job's throughput from its trainer metrics,
 change points, culprit localisation among the group's nodes, staged advice,
 throughput-SLO accounting, and the ``PeerwatchFailSlow`` / ``PeerwatchJobSlow``
-alerts), then the advisors (``detectors.advisors``: checkpoint I/O and interval, whose
-``Advice`` rides on ``Scored.advice``). A group is one job here (``group_labels`` set
-to the scheduler's job label), and all its nodes are one role: frames carry no rank
-labels yet.
+alerts), then the advisors (``detectors.advisors``: checkpoint I/O and interval, the
+node ledger last; their ``Advice`` rides on ``Scored.advice``). A group is one job
+here (``group_labels`` set to the scheduler's job label), and all its nodes are one
+role: frames carry no rank labels yet.
 """
 
 from __future__ import annotations
