@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 ADVISOR = "ledger"
-MAX_ENTRIES = 10_000  # per node and kind: a bound far above a window's worth
+MAX_ENTRIES = 10_000  # per node and kind (and jobs per group): far above a window's worth
 
 
 @dataclass(frozen=True)
@@ -187,7 +187,10 @@ def observe_job(state: LedgerState, params: LedgerParams, event: JobEvent) -> li
     before = state.attempts.get(event.name)
     for node in sorted(set(before or ()) - set(event.nodes)):
         _push(_record(state, node).exclusions, event.ts)
+    state.attempts.pop(event.name, None)  # re-inserted last: the dict is oldest first
     state.attempts[event.name] = sorted(event.nodes)
+    while len(state.attempts) > MAX_ENTRIES:  # jobs that never said they ended
+        del state.attempts[next(iter(state.attempts))]
     for node in sorted(event.nodes):
         rec = state.nodes.get(node)
         if rec is None or rec.serious_xid is None:

@@ -73,6 +73,7 @@ class RetryParams:
     reset_actions: tuple[str, ...] = ("RESET_GPU",)
     stop_actions: tuple[str, ...] = ()
     max_downtimes: int = 1000  # downtimes kept for the medians
+    max_chains: int = 10_000  # job names kept per group: the least recently heard of goes first
 
     def __post_init__(self) -> None:
         for name in ("base_delay_s", "max_delay_s", "xid_window_s", "exclusion_s"):
@@ -81,7 +82,7 @@ class RetryParams:
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
         if not is_real(self.backoff_factor) or self.backoff_factor < 1:
             raise ValueError(f"backoff_factor must be >= 1, got {self.backoff_factor!r}")
-        for name in ("max_identical", "max_failures", "max_downtimes"):
+        for name in ("max_identical", "max_failures", "max_downtimes", "max_chains"):
             value = getattr(self, name)
             if not is_int(value) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
@@ -172,6 +173,8 @@ def step_retry(
     """Apply one job event; a failed attempt gets one piece of advice."""
     chain = state.chains.get(event.name)
     if chain is None:
+        if len(state.chains) >= params.max_chains:  # a job that never said it ended
+            del state.chains[min(state.chains, key=lambda n: state.chains[n].last)]
         chain = state.chains[event.name] = Chain()
     key = (event.ts, event.attempt, _ORDER[event.state])
     if key <= chain.last:  # a redelivery, or older than what was applied

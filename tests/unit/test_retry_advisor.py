@@ -215,6 +215,16 @@ def test_a_redelivered_event_is_ignored():
     assert state.chains["llm"].failures == 1
 
 
+def test_jobs_that_never_end_are_forgotten_least_recent_first():
+    state, params = RetryState(), RetryParams(max_chains=2)
+    for n, name in enumerate(("a", "b", "c"), start=1):
+        ev = JobEvent.from_dict(
+            {"job_id": name, "name": name, "attempt": 1, "state": "running", "ts": n * H}
+        )
+        step_retry(state, params, REPORT, ev)
+    assert sorted(state.chains) == ["b", "c"]
+
+
 def test_state_round_trips_through_json():
     state = RetryState()
     observe_xid(state, RetryParams(), "gpu001", 79, "RESTART_BM", H - MIN)
