@@ -17,14 +17,20 @@ node that then stops reporting stays firing rather than drifting toward
 * While pending or firing the alert keeps its strongest observation (score,
   signals, reason), the bucket its evidence began and the bucket it first fired.
 
+Firing, resolving and retiring are :mod:`detectors.lifecycle`'s transitions
+(``confirm``, ``clear``, ``resolved``), as for every alert family; the pending
+streak and the strongest observation are this family's, kept in :class:`AlertState`
+(the persisted form the worker's changelog table holds).
+
 One alert per (node, family), however many features contribute, so a failing
 node produces at most one alert per family, not a storm. Group degradation is
 keyed with ``node=None``: it never names a node.
 
 Alertmanager identifies an alert by its whole label set, so the labels an
 alert fired with are its identity until it resolves: :func:`keep_identity`
-holds them (a class label chosen from the leading signal, say, must not move
-when a stronger signal takes the lead). The worst GPU is detail, never a label.
+(:mod:`detectors.lifecycle`) holds them (a class label chosen from the leading signal,
+say, must not move when a stronger signal takes the lead). The worst GPU is detail,
+never a label.
 
 Everything here is a pure function of (states, observations); states are frozen
 dataclasses with ``to_dict``/``from_dict`` round-tripping to JSON-safe dicts.
@@ -45,7 +51,8 @@ from detectors.families import (
     REGISTRY,
     AlertFamily,
 )
-from detectors.vocabulary import AlertChange, AlertKey, Labels, Signal, Status
+from detectors.lifecycle import Firing, clear, confirm, keep_identity, resolved
+from detectors.vocabulary import AlertChange, AlertKey, Signal, Status
 
 __all__ = [
     "FAMILIES",
@@ -216,15 +223,7 @@ def step_alerts(
         prev = alerts.get(key)
         if node is not None and members is not None and node not in members:
             if prev is not None and prev.phase == "firing":
-                changes.append(
-                    _change(
-                        prev,
-                        group,
-                        "resolved",
-                        bucket_ts,
-                        f"node left the group; was: {prev.reason}",
-                    )
-                )
+                changes.append(resolved(_firing(prev, group, bucket_ts), bucket_ts, _LEFT))
             continue
         state, change = _advance(prev, key, observations.get(key, ABSENT), group, bucket_ts, params)
         if state is not None:
@@ -246,38 +245,6 @@ def active_alerts(
     return tuple(_change(a, group, "firing", bucket_ts, a.reason) for a in firing)
 
 
-def keep_identity(
-    fired: Mapping[AlertKey, Labels],
-    changes: Iterable[AlertChange],
-    active: Iterable[AlertChange],
-) -> tuple[dict[AlertKey, Labels], list[AlertChange], list[AlertChange]]:
-    """Give every firing alert the labels it fired with, until it resolves.
-
-    ``fired``: labels per (alertname, node) of the alerts firing before this
-    bucket. Returns the new ``fired`` (the alerts still firing), and ``changes``
-    and ``active`` with their labels held.
-    """
-    held = dict(fired)
-    out_changes: list[AlertChange] = []
-    for change in changes:
-        key = (change.alertname, change.node)
-        labels = held.get(key)
-        if labels is not None and labels != change.labels:
-            change = replace(change, labels=labels)
-        if change.status == "resolved":
-            held.pop(key, None)
-        else:
-            held[key] = change.labels
-        out_changes.append(change)
-    out_active = []
-    for alert in active:
-        key = (alert.alertname, alert.node)
-        labels = held.setdefault(key, alert.labels)  # firing before the labels were kept
-        out_active.append(alert if labels == alert.labels else replace(alert, labels=labels))
-    live = {(a.alertname, a.node) for a in out_active}
-    return {k: v for k, v in held.items() if k in live}, out_changes, out_active
-
-
 def _advance(
     prev: AlertState | None,
     key: AlertKey,
@@ -291,11 +258,11 @@ def _advance(
     if obs.evidence == "absent":
         if prev is None or prev.phase == "pending":
             return None, None
-        clear = prev.clear_streak + 1
-        if clear >= params.resolve_after:
-            reason = f"no evidence for {clear} buckets; was: {prev.reason}"
-            return None, _change(prev, group, "resolved", bucket_ts, reason)
-        return replace(prev, clear_streak=clear), None
+        current = Firing(_firing(prev, group, bucket_ts), bucket_ts, prev.clear_streak)
+        kept, gone = clear(current, bucket_ts, resolve_after=params.resolve_after, why=_QUIET)
+        return (
+            (None, gone) if kept is None else (replace(prev, clear_streak=kept.clear_streak), None)
+        )
     if obs.evidence != "present":
         raise ValueError(f"unknown evidence {obs.evidence!r}")
 
@@ -316,10 +283,21 @@ def _advance(
         state = replace(prev, streak=prev.streak + 1, clear_streak=0)
         if obs.score > prev.score or not math.isfinite(prev.score):
             state = replace(state, score=obs.score, signals=obs.signals, reason=obs.reason)
-    if state.phase == "pending" and state.streak >= params.buckets_to_fire(key[0]):
-        state = replace(state, phase="firing", starts_bucket_ts=bucket_ts)
-        return state, _change(state, group, "firing", bucket_ts, state.reason)
+    if state.phase == "pending":
+        proposed = _change(state, group, "firing", bucket_ts, state.reason)
+        _, fired = confirm(state.streak, params.buckets_to_fire(key[0]), proposed, bucket_ts)
+        if fired:
+            return replace(state, phase="firing", starts_bucket_ts=bucket_ts), fired[0]
     return state, None
+
+
+_LEFT = "node left the group"
+_QUIET = "no evidence for {n} buckets"
+
+
+def _firing(state: AlertState, group: str, bucket_ts: int) -> AlertChange:
+    """A firing alert's change as the lifecycle holds it."""
+    return _change(state, group, "firing", bucket_ts, state.reason)
 
 
 def _change(

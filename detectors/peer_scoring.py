@@ -2,7 +2,7 @@
 
 :func:`detectors.group.score_bucket` does the maths; this family adds what the alerts
 need on the way out (a deviation alert names the class of its leading signal, and a
-firing alert keeps the labels it fired with: :func:`detectors.alerts.keep_identity`)
+firing alert keeps the labels it fired with: :func:`detectors.lifecycle.keep_identity`)
 and hands on what it found: the training phase, the idle nodes, and its alerts as
 symptoms for per-GPU health.
 
@@ -16,10 +16,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from detectors.alerts import NODE_DEVIATION, active_alerts, keep_identity
+from detectors.alerts import NODE_DEVIATION, active_alerts
 from detectors.family import BucketEvidence, ClosedBucket, FamilyStep, GroupEnd
 from detectors.features import FeatureSpec, class_of
 from detectors.group import GroupState, ScoringParams, score_bucket
+from detectors.lifecycle import keep_identity
 from detectors.vocabulary import AlertChange, AlertKey, Labels
 
 __all__ = ["PeerScoring", "PeerState"]
