@@ -22,7 +22,7 @@ role: frames carry no rank labels yet.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
@@ -80,6 +80,20 @@ class _Group:
 
     window: GroupWindow
     states: dict[str, Any] = field(default_factory=dict)
+
+
+class _Windows(Mapping[str, GroupWindow]):
+    def __init__(self, groups: Mapping[str, _Group]) -> None:
+        self._groups = groups
+
+    def __getitem__(self, group: str) -> GroupWindow:
+        return self._groups[group].window
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._groups)
+
+    def __len__(self) -> int:
+        return len(self._groups)
 
 
 class Pipeline:
@@ -169,8 +183,9 @@ class Pipeline:
 
     # Per-family views of the groups' state (tests and benchmarks read them).
     @property
-    def windows(self) -> dict[str, GroupWindow]:
-        return {g: held.window for g, held in self.groups.items()}
+    def windows(self) -> Mapping[str, GroupWindow]:
+        """The groups' windows (a view: the worker asks ``group in windows`` per frame)."""
+        return _Windows(self.groups)
 
     @property
     def states(self) -> dict[str, GroupState]:
