@@ -147,6 +147,8 @@ def create_app(
             verdict = scored.failslow
             metrics.observe_slo(bucket.group, slo, slow=verdict.slow if verdict else None)
         metrics.advisors.observe_ledger(bucket.group, *pipeline.ledger_figures(bucket.group))
+        if (checkpoint := pipeline.checkpoint(bucket.group)) is not None:
+            metrics.checkpoint.observe(bucket.group, checkpoint)
         await send_changes(scored)
         await send_advice(scored.advice)
 

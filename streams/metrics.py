@@ -10,6 +10,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from detectors.advisors.checkpoint_family import CheckpointState
 from detectors.failslow.slo import SloSummary
 from detectors.features import per_gpu_key
 from detectors.fusion import NodeVerdict
@@ -223,6 +224,7 @@ class WorkerMetrics:
         self._slo_counters()
         self.nodes = NodeSeries(r)
         self.advisors = AdvisorSeries(r)
+        self.checkpoint = CheckpointSeries(r)
         # at zero from the start, so rates and dashboards have a series before the first one
         for stage in ("decode", "score"):
             self.frames_failed.labels(stage=stage)
@@ -260,6 +262,7 @@ class WorkerMetrics:
         for key in [k for k in self._exported if k[1] == group]:
             del self._exported[key]
         self.nodes.forget(group)
+        self.checkpoint.forget(group)
         self.advisors.forget(group)
 
     def observe_phase(self, group: str, phase: str) -> None:
@@ -561,6 +564,93 @@ class AdvisorSeries(GroupSeries):
             {(node, str(code)): n for node, codes in xids.items() for code, n in codes.items()},
         )
         self._replace(self.ledger_exclusions, group, {(n,): c for n, c in exclusions.items()})
+
+
+class CheckpointSeries(GroupSeries):
+    """The checkpoint advisors' figures per group: the last save and load, where their NFS
+    requests waited, and the interval against Young/Daly's optimum. They go with the group
+    (its advisors' state does)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__()
+
+        def gauge(name: str, text: str, *labels: str) -> Gauge:
+            return Gauge(name, text, ["group", *labels], registry=registry)
+
+        self.interval = gauge(
+            "peerwatch_checkpoint_interval_seconds",
+            "median time between the job's checkpoint saves (actual) and Young/Daly's "
+            "sqrt(2 x save cost x MTBF) (optimal)",
+            "kind",
+        )
+        self.overhead = gauge(
+            "peerwatch_checkpoint_overhead_ratio",
+            "expected share of time lost to saves and rework, at the actual and the optimal "
+            "interval: cost/T + T/(2 MTBF)",
+            "kind",
+        )
+        self.mtbf = gauge(
+            "peerwatch_checkpoint_mtbf_seconds",
+            "the job's mean time between failures: time run over failures seen, with the prior",
+        )
+        self.failures = gauge(
+            "peerwatch_checkpoint_failures",
+            "failures the interval advice counted (XID fail-stops, job deaths; one per outage)",
+        )
+        self.save_cost = gauge(
+            "peerwatch_checkpoint_save_cost_seconds",
+            "training time the group's last checkpoint save took (its GPU-util dip)",
+        )
+        self.load = gauge(
+            "peerwatch_checkpoint_load_seconds", "length of the group's last restart load"
+        )
+        self.bytes = gauge(
+            "peerwatch_checkpoint_bytes",
+            "NFS bytes of the group's last checkpoint save / restart load",
+            "direction",
+        )
+        self.storage_share = gauge(
+            "peerwatch_checkpoint_storage_bandwidth_ratio",
+            "the last save's / load's mean rate over the storage's maximum (write / read)",
+            "direction",
+        )
+        self.rpc = gauge(
+            "peerwatch_checkpoint_nfs_request_seconds",
+            "seconds per NFS request in the last save (WRITE) / load (READ), queued and "
+            "waiting for the response (node mean)",
+            "operation",
+            "part",
+        )
+
+    def observe(self, group: str, state: CheckpointState) -> None:
+        f = state.figures
+        pairs: dict[tuple[str, ...], float] = {}
+        costs: dict[tuple[str, ...], float] = {}
+        if f is not None:
+            pairs = {("actual",): f.actual_s, ("optimal",): f.optimal_s}
+            costs = {("actual",): f.actual_overhead, ("optimal",): f.optimal_overhead}
+        self._replace(self.interval, group, pairs)
+        self._replace(self.overhead, group, costs)
+        self._replace(self.mtbf, group, {} if f is None else {(): f.mtbf_s})
+        self._replace(self.failures, group, {(): float(state.interval.failures)})
+        save, load = state.io.last_save, state.io.last_load
+        self._replace(self.save_cost, group, {} if save is None else {(): save.lost_s})
+        self._replace(self.load, group, {} if load is None else {(): load.seconds})
+        volume: dict[tuple[str, ...], float] = {}
+        share: dict[tuple[str, ...], float] = {}
+        rpc: dict[tuple[str, ...], float] = {}
+        for direction, op, event in (("write", "WRITE", save), ("read", "READ", load)):
+            if event is None:
+                continue
+            volume[(direction,)] = event.bytes
+            if math.isfinite(event.storage_share):
+                share[(direction,)] = event.storage_share
+            if event.rpc is not None:
+                rpc[(op, "queue")] = event.rpc.queue_s
+                rpc[(op, "response")] = event.rpc.response_s
+        self._replace(self.bytes, group, volume)
+        self._replace(self.storage_share, group, share)
+        self._replace(self.rpc, group, rpc)
 
 
 def remapped_rows(values: Mapping[str, float]) -> dict[str, float]:

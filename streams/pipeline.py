@@ -208,6 +208,12 @@ class Pipeline:
         """The checkpoint advisors' state per group (their figures for /metrics)."""
         return self._states(CheckpointAdvisors.name, CheckpointState)
 
+    def checkpoint(self, group: str) -> CheckpointState | None:
+        """One group's checkpoint advisors' state (None before its first bucket)."""
+        held = self.groups.get(group)
+        state = None if held is None else held.states.get(CheckpointAdvisors.name)
+        return state if isinstance(state, CheckpointState) else None
+
     def _states(self, name: str, kind: type[_T]) -> dict[str, _T]:
         return {
             g: state

@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from prometheus_client import generate_latest
 
 from detectors.advisors.checkpoint_family import CheckpointState
 from detectors.vocabulary import Advice
 from streams.lab.simulator.config import ClusterConfig
 from streams.lab.simulator.faults import CHECKPOINT_SAVE, JOB_DEATH, RESTART_LOAD, EccFault
 from streams.lab.simulator.run import generate, ground_truth
+from streams.metrics import WorkerMetrics
 from streams.offline import build_pair
 from streams.pipeline import Pipeline
 from streams.settings import Settings
@@ -84,3 +86,25 @@ def test_its_advice_comes_out_on_scored(run: tuple[CheckpointState, list[Advice]
     (write,) = [a for a in advice if a.kind == "queue_dominated_write"]
     assert dict(write.figures)["queue_share"] == pytest.approx(1.89 / 2.03, abs=0.005)
     assert write.group == "llm-pretrain" and write.advisor == "checkpoint_io"
+
+
+def test_its_figures_are_metrics_and_go_with_the_group(
+    run: tuple[CheckpointState, list[Advice]],
+) -> None:
+    state, _ = run
+    metrics = WorkerMetrics()
+    metrics.checkpoint.observe("llm-pretrain", state)
+    text = generate_latest(metrics.registry).decode()
+    f = state.figures
+    assert f is not None
+    for line in (
+        f'peerwatch_checkpoint_interval_seconds{{group="llm-pretrain",kind="actual"}} {f.actual_s}',
+        f'peerwatch_checkpoint_interval_seconds{{group="llm-pretrain",kind="optimal"}} '
+        f"{f.optimal_s}",
+        f'peerwatch_checkpoint_mtbf_seconds{{group="llm-pretrain"}} {f.mtbf_s}',
+        'peerwatch_checkpoint_failures{group="llm-pretrain"} 1.0',
+    ):
+        assert line in text, line
+    assert 'operation="WRITE",part="queue"' in text and 'direction="read"' in text
+    metrics.forget_group("llm-pretrain")
+    assert "llm-pretrain" not in generate_latest(metrics.registry).decode()
