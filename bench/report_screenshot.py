@@ -8,7 +8,7 @@ The scenario's scrape rounds go through the live path (``streams.offline``: the
 ingest's frame builder, the worker's ``Pipeline``) into the backtest's
 :class:`~streams.backtest.summary.Accumulator`, with the scenario's labelled
 faults as the known events (an XID fault at its XID, ``xid<code>``; any other
-fault at its onset, by kind; job deaths by group), so the report reads as a
+fault from its onset to its end, by kind; job deaths by group), so the report reads as a
 backtest of a history whose failures an operator logged. Chromium runs
 without a sandbox (it runs as root here), network, GPU or profile of its own;
 the page is captured in one tall window, the white below it cropped, and saved
@@ -52,7 +52,7 @@ def known_events(truth: list[GroundTruth], group: str) -> list[KnownEvent]:
             if t.xid_ms is not None:
                 out.append(KnownEvent(t.xid_ms, t.node, group, f"xid{t.xid}"))
             else:
-                out.append(KnownEvent(t.onset_ms, t.node, group, t.kind))
+                out.append(KnownEvent(t.onset_ms, t.node, group, t.kind, t.end_ms))
         elif t.kind == JOB_DEATH:
             out.append(KnownEvent(t.onset_ms, None, group, "job_death"))
     return out

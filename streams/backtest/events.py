@@ -6,14 +6,18 @@ suffix: ``.csv`` is CSV, anything else JSON lines)::
     {"ts_ms": 1730000000000, "node": "gpu071", "group": "job-17", "kind": "xid79"}
     {"time": "2026-10-27T03:14:00Z", "node": "gpu096", "kind": "xid94"}
     {"time": "2026-10-28T11:00:00+09:00", "group": "job-17", "kind": "job_death"}
+    {"time": "2026-10-29T08:00:00Z", "end": "2026-10-29T20:00:00Z", "node": "gpu124",
+     "kind": "gpu_slow"}
 
-    ts_ms,node,group,kind          (a header row; time may stand for ts_ms)
+    ts_ms,node,group,kind          (a header row; time may stand for ts_ms, end_ms or end follow)
     1730000000000,gpu071,job-17,xid79
     2026-10-28T02:00:00Z,,job-17,job_death
 
 Fields: ``ts_ms`` (epoch milliseconds) or ``time`` (ISO 8601 with a zone);
 ``kind`` (free text: ``xid79``, ``job_death``, …); at least one of ``node`` and
-``group`` (an empty CSV cell is none). Blank lines and lines starting with
+``group`` (an empty CSV cell is none); optionally ``end_ms`` or ``end`` (the
+same forms), when the fault was over: alerts on its node until then are its
+consequence, not false alerts. Blank lines and lines starting with
 ``#`` are skipped. A bad line raises :class:`EventsFileError` naming the file
 and line.
 """
@@ -30,6 +34,8 @@ from typing import Any
 
 __all__ = ["EventsFileError", "KnownEvent", "load_events"]
 
+_FIELDS = ("ts_ms", "time", "end_ms", "end", "node", "group", "kind")
+
 
 class EventsFileError(ValueError):
     """A known-events file cannot be read; the message names the file and line."""
@@ -43,17 +49,30 @@ class KnownEvent:
     node: str | None
     group: str | None
     kind: str
+    end_ms: int | None = None  # when it was over (None: an instant, e.g. an XID)
 
     def __post_init__(self) -> None:
         if isinstance(self.ts_ms, bool) or not isinstance(self.ts_ms, int) or self.ts_ms < 0:
             raise ValueError(f"ts_ms must be an int >= 0 (epoch ms), got {self.ts_ms!r}")
+        if self.end_ms is not None and (
+            isinstance(self.end_ms, bool)
+            or not isinstance(self.end_ms, int)
+            or self.end_ms < self.ts_ms
+        ):
+            raise ValueError(f"end_ms must be an int >= ts_ms ({self.ts_ms}), got {self.end_ms!r}")
         if not self.kind:
             raise ValueError("kind must be non-empty (e.g. xid79, job_death)")
         if self.node is None and self.group is None:
             raise ValueError("an event names a node, a group or both")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ts_ms": self.ts_ms, "node": self.node, "group": self.group, "kind": self.kind}
+        return {
+            "ts_ms": self.ts_ms,
+            "node": self.node,
+            "group": self.group,
+            "kind": self.kind,
+            "end_ms": self.end_ms,
+        }
 
 
 def load_events(path: str | Path) -> list[KnownEvent]:
@@ -110,16 +129,19 @@ def _csv_rows(lines: list[str]) -> Iterable[tuple[int, Any]]:
 def _event(row: Any) -> KnownEvent:
     if not isinstance(row, Mapping):
         raise ValueError(f"an event is an object with ts_ms or time, kind, node/group; got {row!r}")
-    unknown = set(row) - {"ts_ms", "time", "node", "group", "kind"}
+    unknown = set(row) - set(_FIELDS)
     if unknown:
-        raise ValueError(f"unknown fields {sorted(unknown)}; known: ts_ms, time, node, group, kind")
+        raise ValueError(f"unknown fields {sorted(unknown)}; known: {', '.join(_FIELDS)}")
     if row.get("kind") is None:
         raise ValueError("kind is missing")
     return KnownEvent(
-        ts_ms=_ts_ms(row),
+        ts_ms=_ts_ms(row, "ts_ms", "time"),
         node=_name(row.get("node")),
         group=_name(row.get("group")),
         kind=str(row["kind"]),
+        end_ms=None
+        if row.get("end_ms") is None and row.get("end") is None
+        else _ts_ms(row, "end_ms", "end"),
     )
 
 
@@ -127,11 +149,11 @@ def _name(value: Any) -> str | None:
     return None if value is None or value == "" else str(value)
 
 
-def _ts_ms(row: Mapping[str, Any]) -> int:
-    """``ts_ms`` (an integer, or a CSV cell of digits), else ``time`` (ISO 8601 with a zone)."""
-    raw, when = row.get("ts_ms"), row.get("time")
+def _ts_ms(row: Mapping[str, Any], ms_key: str, iso_key: str) -> int:
+    """``ms_key`` (an integer, or a CSV cell of digits), else ``iso_key`` (ISO 8601 with a zone)."""
+    raw, when = row.get(ms_key), row.get(iso_key)
     if raw is not None and when is not None:
-        raise ValueError("give ts_ms or time, not both")
+        raise ValueError(f"give {ms_key} or {iso_key}, not both")
     if raw is not None:
         if isinstance(raw, str) and raw.strip().isdigit():
             return int(raw)
@@ -140,9 +162,9 @@ def _ts_ms(row: Mapping[str, Any]) -> int:
         # a CSV's ts_ms column may hold ISO times too
         if isinstance(raw, str):
             return _iso_ms(raw)
-        raise ValueError(f"ts_ms must be an integer (epoch ms), got {raw!r}")
+        raise ValueError(f"{ms_key} must be an integer (epoch ms), got {raw!r}")
     if when is None:
-        raise ValueError("ts_ms or time is missing")
+        raise ValueError(f"{ms_key} or {iso_key} is missing")
     return _iso_ms(str(when))
 
 

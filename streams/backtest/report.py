@@ -295,8 +295,8 @@ def _false_alerts(result: Mapping[str, Any]) -> list[str]:
     out = [
         "<h2>False alerts</h2>",
         f'<p class="muted">A node alert whose first firing is within no known event\'s window '
-        f"on its node ({result['windows']['lookback_buckets']} buckets before to "
-        f"{result['windows']['aftermath_buckets']} after). Per group-day: per node-day × "
+        f"on its node ({result['windows']['lookback_buckets']} buckets before it to "
+        f"{result['windows']['aftermath_buckets']} after its end). Per group-day: per node-day × "
         f"{false['group_nodes']} (the evaluator's {false['group_nodes']}-node group).</p>",
         f"<p><b>{false['count']}</b> false alerts over {_num(false['group_days'])} group-days: "
         f"<b>{_num(false['per_group_day'])}</b> per group-day.</p>",

@@ -19,7 +19,8 @@ event at ``t`` as a fault whose onset and XID are both ``t``:
   <= 0 (the evaluator's ``at_or_before_xid``); ``lead_s`` = (b(t) − first) / 1000.
   An event naming only a group is found by any alert of that group in the window;
 * a *false alert* is a node-level episode whose first firing lies in no
-  ``explained_window`` = [b(t) − L·B, b(t) + A·B] of a known event on its node
+  ``explained_window`` = [b(t) − L·B, b(end) + A·B] of a known event on its node
+  (``end``: the event's ``end_ms``, else ``t``)
   (group-level episodes are counted apart); per group-day = per node-day × 60
   (:data:`~detectors.episodes.GROUP_NODES`), and per UTC day as counts.
 
@@ -423,7 +424,8 @@ class Accumulator:
         explained: dict[str, list[tuple[int, int]]] = {}
         for e in self.known_events:
             if e.node is not None:
-                window = explained_window(e.ts_ms, e.ts_ms, self.windows, self.bucket_ms)
+                end = e.ts_ms if e.end_ms is None else e.end_ms
+                window = explained_window(e.ts_ms, end, self.windows, self.bucket_ms)
                 explained.setdefault(e.node, []).append(window)
         false = [
             (name, ep)

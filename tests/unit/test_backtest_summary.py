@@ -130,6 +130,15 @@ def test_false_alerts_per_group_day_and_per_day() -> None:
     assert false["by_group"]["job"]["by_day"] == {"2024-10-04": 2}
 
 
+def test_an_event_with_an_end_explains_the_alerts_on_its_node_until_then() -> None:
+    """n5's alert 50 buckets after the event's time: false, unless the event lasted past it."""
+    alerts = {550: [alert(NODE_DEVIATION, "n5", at(550))]}
+    instant = [KnownEvent(at(500), "n5", None, "gpu_slow")]
+    lasting = [KnownEvent(at(500), "n5", None, "gpu_slow", end_ms=at(546))]
+    assert run_stream(instant, alerts, 600)["false_alerts"]["count"] == 1
+    assert run_stream(lasting, alerts, 600)["false_alerts"]["count"] == 0  # 546 + 5 >= 550
+
+
 def test_a_flap_within_the_merge_window_is_one_alert() -> None:
     flaps = {
         10: [alert(NODE_DEVIATION, "n5", at(10))],
@@ -262,6 +271,7 @@ def test_load_events_json_lines_and_csv(tmp_path: Path) -> None:
         '{"ts_ms": 1730000000000, "node": "gpu071", "group": "job-17", "kind": "xid79"}\n'
         "# a comment\n\n"
         '{"time": "2024-10-27T03:33:20+00:00", "node": "gpu096", "kind": "xid94"}\n'
+        '{"ts_ms": 5, "end": "1970-01-01T00:00:01Z", "node": "gpu124", "kind": "gpu_slow"}\n'
     )
     csv = tmp_path / "events.csv"
     csv.write_text(
@@ -269,6 +279,7 @@ def test_load_events_json_lines_and_csv(tmp_path: Path) -> None:
         "2024-10-27T03:33:20Z,,job-17,job_death\n"
     )
     assert load_events(jsonl) == [
+        KnownEvent(5, "gpu124", None, "gpu_slow", end_ms=1000),
         KnownEvent(1730000000000, "gpu071", "job-17", "xid79"),
         KnownEvent(1730000000000, "gpu096", None, "xid94"),
     ]
@@ -288,6 +299,7 @@ def test_load_events_json_lines_and_csv(tmp_path: Path) -> None:
         ('{"time": "2024-10-27 03:00", "node": "n1", "kind": "x"}', "has no zone"),
         ('{"ts_ms": 1, "node": "n1", "kind": "x", "gpu": 0}', "unknown fields ['gpu']"),
         ('{"ts_ms": -5, "node": "n1", "kind": "x"}', "ts_ms must be an int >= 0"),
+        ('{"ts_ms": 9, "end_ms": 3, "node": "n1", "kind": "x"}', "end_ms must be an int >= ts_ms"),
     ],
 )
 def test_load_events_names_the_bad_line(tmp_path: Path, line: str, message: str) -> None:
