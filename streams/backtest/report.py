@@ -266,6 +266,12 @@ def _groups(result: Mapping[str, Any]) -> list[str]:
             span = (heat["start_ms"], heat["start_ms"] + heat["columns"] * heat["width_ms"])
             png = _timeline_png(name, mine, marks, span)
             out.append(_img(png, f"alert timeline of {name}"))
+            rows = len({(a["node"], a["alertname"]) for a in mine})
+            if rows > _MAX_TIMELINE_ROWS:
+                out.append(
+                    f'<p class="muted">The timeline shows {_MAX_TIMELINE_ROWS} of {rows} '
+                    "node and alert rows (by name); the table below and the JSON hold all.</p>"
+                )
         else:
             out.append('<p class="muted">No alert fired in this group.</p>')
     out.append("<h3>Alert timeline</h3>")

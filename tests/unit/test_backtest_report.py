@@ -76,3 +76,14 @@ def test_an_empty_backtest_still_renders() -> None:
     page = render_html(Accumulator([], B).result())
     assert "no buckets scored" in page
     assert "No known events were given." in page
+
+
+def test_a_timeline_of_more_rows_than_it_draws_says_so() -> None:
+    nodes = [f"n{i:02d}" for i in range(61)]
+    acc = Accumulator([], B)
+    for i in range(3):
+        ts = T0 + i * B
+        changes = [alert(NODE_DEVIATION, n, ts) for n in nodes] if i == 1 else []
+        acc.add(scored(ts, {n: 0.0 for n in nodes}, changes))
+    page = render_html(acc.result())
+    assert "The timeline shows 60 of 61 node and alert rows" in page
