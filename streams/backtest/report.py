@@ -263,7 +263,7 @@ def _groups(result: Mapping[str, Any]) -> list[str]:
                 for e in events
                 if e["in_range"] and (e["group"] == name or e["node"] in set(heat["nodes"]))
             ]
-            span = (heat["start_ms"], heat["start_ms"] + heat["columns"] * heat["width_ms"])
+            span = _span(heat, mine, result["bucket_ms"])
             png = _timeline_png(name, mine, marks, span)
             out.append(_img(png, f"alert timeline of {name}"))
             rows = len({(a["node"], a["alertname"]) for a in mine})
@@ -294,6 +294,18 @@ def _groups(result: Mapping[str, Any]) -> list[str]:
         )
     )
     return out
+
+
+def _span(
+    heat: Mapping[str, Any], alerts: Sequence[Mapping[str, Any]], bucket_ms: int
+) -> tuple[int, int]:
+    """The heatmap's time span, widened to every alert (a group may alert with no scores)."""
+    times = [t for a in alerts for t in (a["fired_ts"], a["resolved_ts"]) if t is not None]
+    lo, hi = min(times), max(times) + bucket_ms
+    if heat["start_ms"] is not None and heat["columns"]:
+        lo = min(lo, heat["start_ms"])
+        hi = max(hi, heat["start_ms"] + heat["columns"] * heat["width_ms"])
+    return lo, hi
 
 
 def _false_alerts(result: Mapping[str, Any]) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import re
+import warnings
 
 from detectors.episodes import ScoringWindows
 from detectors.families import NODE_DEVIATION, XID_ALERT
@@ -87,3 +88,12 @@ def test_a_timeline_of_more_rows_than_it_draws_says_so() -> None:
         acc.add(scored(ts, {n: 0.0 for n in nodes}, changes))
     page = render_html(acc.result())
     assert "The timeline shows 60 of 61 node and alert rows" in page
+
+
+def test_a_group_that_alerts_without_scores_still_draws_its_timeline() -> None:
+    acc = Accumulator([], B)
+    acc.add(scored(T0, {}, [alert(NODE_DEVIATION, "n1", T0)]))  # no node verdicts
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib warns of an empty time axis
+        page = render_html(acc.result())
+    assert page.count("data:image/png;base64,") == 2  # the timeline and false alerts per day
