@@ -4,12 +4,14 @@ job events get their advice at once, the node ledger steps with every scored buc
 from __future__ import annotations
 
 import pytest
+from prometheus_client import generate_latest
 
 from detectors.advisors.jobs import JobEvent
 from detectors.advisors.ledger import LedgerParams
 from detectors.group import ScoringParams
 from detectors.xid.events import XidEvent
 from streams.catalog import DEFAULT_FEATURES, load_xid_catalog
+from streams.metrics import WorkerMetrics
 from streams.pipeline import Pipeline, Scored
 
 B = 30_000
@@ -109,3 +111,22 @@ def test_a_job_event_for_a_group_without_frames_holds_no_group():
     p.add_job_event(job("running", T0))
     p.add_job_event(job("failed", T0 + B, exit_reason="nccl"))
     assert p.groups == {} and set(p.retry_states) == {"job-a"}
+
+
+def test_the_advisor_series_follow_the_figures_and_go_with_the_group():
+    metrics = WorkerMetrics()
+    p = pipeline()
+    with_xid(p, "n02", 13)
+    p.add_job_event(job("running", T0))
+    p.add_job_event(job("running", T0 + B, 2, nodes=NODES[1:]))
+    advice = p.add_job_event(job("failed", T0 + 2 * B, 2, exit_reason="nccl"))
+    metrics.advisors.observe_ledger("job-a", *p.ledger_figures("job-a"))
+    metrics.advisors.observe_retry("job-a", p.retry_figures("job-a"))
+    metrics.advisors.count_advice(advice)
+    page = generate_latest(metrics.registry).decode()
+    assert 'peerwatch_ledger_node_xids{group="job-a",node="n02",xid="13"} 1.0' in page
+    assert 'peerwatch_ledger_node_exclusions{group="job-a",node="n00"} 1.0' in page
+    assert 'peerwatch_ledger_exclusion_concentration{group="job-a"} 1.0' in page
+    assert 'peerwatch_advice_total{advisor="retry",group="job-a",kind="retry"} 1.0' in page
+    metrics.forget_group("job-a")
+    assert 'group="job-a"' not in generate_latest(metrics.registry).decode()
