@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from streams.lab.simulator.config import ClusterConfig
 from streams.lab.simulator.run import generate
 from streams.lab.simulator.scenarios import REPORTING_SEEDS, get_scenario
 from streams.offline import build_pair
+from streams.pipeline import Pipeline
 from streams.settings import Settings
 
 HERE = Path(__file__).parent
@@ -25,7 +27,14 @@ SETTINGS = Settings(group_labels=["train_job"])
 RUNS = (("gpu-slow-16", 8, 24, 10), ("ecc-xid94", 8, 24, 10))
 
 
-def snapshot(name: str, nodes: int, minutes: int, onset_min: int) -> dict[str, object]:
+def snapshot(
+    name: str,
+    nodes: int,
+    minutes: int,
+    onset_min: int,
+    after_bucket: Callable[[Pipeline, str], None] | None = None,
+) -> dict[str, object]:
+    """``Pipeline.snapshot`` of each group at the end; ``after_bucket`` sees every due call."""
     config = shortened(name, nodes, onset_min)
     builder, pipeline = build_pair(SETTINGS)
     groups: set[str] = set()
@@ -37,6 +46,8 @@ def snapshot(name: str, nodes: int, minutes: int, onset_min: int) -> dict[str, o
             groups.add(f.group)
         for group in sorted(groups):
             list(pipeline.due(group, now_s))
+            if after_bucket is not None:
+                after_bucket(pipeline, group)
     return {g: pipeline.snapshot(g) for g in sorted(groups)}
 
 
