@@ -51,8 +51,8 @@ otherwise drift toward the abnormal value and flag the return to normal.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -60,6 +60,7 @@ import numpy as np
 from detectors.arrays import BoolArray, FloatArray, IntArray
 from detectors.checks import is_real
 from detectors.fusion import Signal
+from detectors.state_codec import FINITE_NON_NEGATIVE, JsonState, check
 
 __all__ = ["GroupLevels", "GroupShift", "ShiftParams", "regime_check", "track_levels"]
 
@@ -97,8 +98,22 @@ class ShiftParams:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
 
 
+def _usable_levels(values: Sequence[float | None], where: str) -> None:
+    for x in values:
+        if x is not None and not (math.isfinite(x) and abs(x) <= _MAX_LEVEL):
+            raise ValueError(f"GroupLevels: level {x!r} is not a usable finite number")
+
+
+def _unique(names: Sequence[str], where: str) -> None:
+    if len(set(names)) != len(names):
+        raise ValueError("GroupLevels: duplicate feature names")
+
+
+_LEVELS = check(_usable_levels)
+
+
 @dataclass(frozen=True)
-class GroupLevels:
+class GroupLevels(JsonState):
     """The group's own recent history: per scored feature, the usual level of its median.
 
     Columnar (one entry per feature that has had a median; the tuples are
@@ -112,53 +127,18 @@ class GroupLevels:
     shift was adopted); a median back near it ends a shift at once.
     """
 
-    features: tuple[str, ...] = ()
-    level: tuple[float, ...] = ()
-    seen: tuple[int, ...] = ()
-    run: tuple[int, ...] = ()
-    candidate: tuple[float | None, ...] = ()
-    home: tuple[float | None, ...] = ()
+    features: tuple[str, ...] = field(default=(), metadata=check(_unique))
+    level: tuple[float, ...] = field(default=(), metadata=_LEVELS)
+    seen: tuple[int, ...] = field(default=(), metadata=FINITE_NON_NEGATIVE)
+    run: tuple[int, ...] = field(default=(), metadata=FINITE_NON_NEGATIVE)
+    candidate: tuple[float | None, ...] = field(default=(), metadata=_LEVELS)
+    home: tuple[float | None, ...] = field(default=(), metadata=_LEVELS)
 
     def __post_init__(self) -> None:
         n = len(self.features)
         columns = (self.level, self.seen, self.run, self.candidate, self.home)
         if any(len(c) != n for c in columns):
             raise ValueError("GroupLevels columns must all have one entry per feature")
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe (every float is finite; "none" is null)."""
-        return {
-            "features": list(self.features),
-            "level": list(self.level),
-            "seen": list(self.seen),
-            "run": list(self.run),
-            "candidate": list(self.candidate),
-            "home": list(self.home),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> GroupLevels:
-        def level(x: Any) -> float:
-            if not (is_real(x) and abs(x) <= _MAX_LEVEL):
-                raise ValueError(f"GroupLevels: level {x!r} is not a usable finite number")
-            return float(x)
-
-        def count(x: Any) -> int:
-            if isinstance(x, bool) or not isinstance(x, int) or x < 0:
-                raise ValueError(f"GroupLevels: count {x!r} is not an int >= 0")
-            return x
-
-        features = tuple(str(f) for f in data.get("features", ()))
-        if len(set(features)) != len(features):
-            raise ValueError("GroupLevels: duplicate feature names")
-        return cls(
-            features=features,
-            level=tuple(level(x) for x in data.get("level", ())),
-            seen=tuple(count(x) for x in data.get("seen", ())),
-            run=tuple(count(x) for x in data.get("run", ())),
-            candidate=tuple(None if x is None else level(x) for x in data.get("candidate", ())),
-            home=tuple(None if x is None else level(x) for x in data.get("home", ())),
-        )
 
 
 @dataclass(frozen=True)

@@ -28,12 +28,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
 from detectors.checks import is_real
+from detectors.state_codec import FINITE_NON_NEGATIVE, TRANSIENT, JsonState
 
 __all__ = ["PHASES", "Phase", "PhaseName", "PhaseParams", "step_phase"]
 
@@ -103,7 +104,7 @@ class PhaseParams:
 
 
 @dataclass(frozen=True)
-class Phase:
+class Phase(JsonState):
     """One bucket's phase. ``run``: consecutive buckets in it, this one included.
 
     ``expected``: a save or load within its maximum length (the guard excuses it).
@@ -114,11 +115,12 @@ class Phase:
     """
 
     name: PhaseName = "training"
-    run: int = 0
-    expected: bool = False
-    write_bytes_per_s: float | None = None
-    read_bytes_per_s: float | None = None
-    gpu_util: float | None = None
+    run: int = field(default=0, metadata=FINITE_NON_NEGATIVE)
+    # What the next bucket needs is name and run: the readings are this bucket's only.
+    expected: bool = field(default=False, metadata=TRANSIENT)
+    write_bytes_per_s: float | None = field(default=None, metadata=TRANSIENT)
+    read_bytes_per_s: float | None = field(default=None, metadata=TRANSIENT)
+    gpu_util: float | None = field(default=None, metadata=TRANSIENT)
 
     def describe(self) -> str:
         """For alerts: "save (bucket 2, NFS write 41.3 GB/s)"."""
@@ -130,19 +132,6 @@ class Phase:
                 f"GPU util {self.gpu_util or 0:.0f} %)"
             )
         return self.name
-
-    def to_dict(self) -> dict[str, Any]:
-        """What the next bucket needs (the readings are this bucket's only)."""
-        return {"name": self.name, "run": self.run}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Phase:
-        name, run = data.get("name", "training"), data.get("run", 0)
-        if name not in PHASES:
-            raise ValueError(f"Phase: unknown phase {name!r}")
-        if isinstance(run, bool) or not isinstance(run, int) or run < 0:
-            raise ValueError(f"Phase: run {run!r} is not an int >= 0")
-        return cls(name=name, run=run)
 
 
 def step_phase(

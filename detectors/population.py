@@ -37,12 +37,12 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from detectors.arrays import FloatArray
 from detectors.peer import PeerStats, peer_zscores
+from detectors.state_codec import SORTED_KEYS, JsonState
 
 __all__ = [
     "Composition",
@@ -90,27 +90,19 @@ class Composition:
 
 
 @dataclass(frozen=True)
-class Populations:
+class Populations(JsonState):
     """The job and idle populations of one group; ``idle_streak``: job nodes' idle buckets
     while the job ran on (only nonzero entries)."""
 
     job: frozenset[str] = frozenset()
     idle: frozenset[str] = frozenset()
-    idle_streak: Mapping[str, int] = field(default_factory=dict)
+    idle_streak: Mapping[str, int] = field(default_factory=dict, metadata=SORTED_KEYS)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "job": sorted(self.job),
-            "idle": sorted(self.idle),
-            "idle_streak": dict(sorted(self.idle_streak.items())),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Populations:
-        job = frozenset(str(n) for n in data.get("job", ()))
-        idle = frozenset(str(n) for n in data.get("idle", ())) - job
-        streak = {str(n): int(k) for n, k in data.get("idle_streak", {}).items() if n in job}
-        return cls(job, idle, {n: k for n, k in streak.items() if k > 0})
+    def restored(self) -> Populations:
+        """A node in both is a job node; streaks only of job nodes, only nonzero."""
+        job = self.job
+        streak = {n: k for n, k in self.idle_streak.items() if n in job and k > 0}
+        return Populations(job, self.idle - job, streak)
 
 
 def step_populations(

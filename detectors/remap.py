@@ -94,13 +94,14 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from detectors.arrays import FloatArray
+from detectors.state_codec import JsonState
 from detectors.vocabulary import AlertSeverity
 
 __all__ = [
@@ -323,7 +324,7 @@ class RemapTrend:
 
 
 @dataclass(frozen=True)
-class RemapVerdict:
+class RemapVerdict(JsonState):
     """One standing finding about one GPU.
 
     ``kind``: ``creep`` (warning) or ``uncorrectable`` / ``pending`` / ``failure``
@@ -349,51 +350,24 @@ class RemapVerdict:
     correctable: int | None = None
     uncorrectable: int | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe dict."""
-        return {
-            "severity": self.severity,
-            "kind": self.kind,
-            "action": self.action,
-            "slope_per_day": self.slope_per_day,
-            "recent_slope_per_day": self.recent_slope_per_day,
-            "older_slope_per_day": self.older_slope_per_day,
-            "projected_hours_to_limit": self.projected_hours_to_limit,
-            "projected_hours_to_concerning": self.projected_hours_to_concerning,
-            "correctable": self.correctable,
-            "uncorrectable": self.uncorrectable,
-            "reason": self.reason,
-            "ts_ms": self.ts_ms,
-        }
+    KEY_ORDER = (
+        "severity",
+        "kind",
+        "action",
+        "slope_per_day",
+        "recent_slope_per_day",
+        "older_slope_per_day",
+        "projected_hours_to_limit",
+        "projected_hours_to_concerning",
+        "correctable",
+        "uncorrectable",
+        "reason",
+        "ts_ms",
+    )
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RemapVerdict:
-        kind = data["kind"]
-        if kind not in _SEVERITY:
-            raise ValueError(f"unknown remap verdict kind {kind!r}")
-
-        def opt_float(key: str) -> float | None:
-            value = data.get(key)
-            return None if value is None else float(value)
-
-        def opt_int(key: str) -> int | None:
-            value = data.get(key)
-            return None if value is None else int(value)
-
-        return cls(
-            severity=_SEVERITY[kind],
-            kind=kind,
-            action=_ACTION[kind],
-            slope_per_day=opt_float("slope_per_day"),
-            recent_slope_per_day=opt_float("recent_slope_per_day"),
-            projected_hours_to_limit=opt_float("projected_hours_to_limit"),
-            reason=str(data["reason"]),
-            ts_ms=int(data["ts_ms"]),
-            older_slope_per_day=opt_float("older_slope_per_day"),
-            projected_hours_to_concerning=opt_float("projected_hours_to_concerning"),
-            correctable=opt_int("correctable"),
-            uncorrectable=opt_int("uncorrectable"),
-        )
+    def restored(self) -> RemapVerdict:
+        """Severity and action follow from the kind (as when the finding was made)."""
+        return replace(self, severity=_SEVERITY[self.kind], action=_ACTION[self.kind])
 
 
 @dataclass

@@ -9,7 +9,11 @@ from ``data`` takes its default (states saved before the field existed restore).
 A field whose compact form differs (numpy arrays as base64, a value only
 finite) says so with ``field(metadata=hook(encode, decode))`` or
 ``field(metadata=check(validate))``; the dataclass's own ``__post_init__`` still
-runs. A state class gets ``to_dict``/``from_dict`` by inheriting :class:`JsonState`.
+runs. A state class gets ``to_dict``/``from_dict`` by inheriting :class:`JsonState`,
+whose class variables say what a format older than the dataclass needs: a version
+key written first (``VERSION``), the keys' order if it is not the fields'
+(``KEY_ORDER``), and hooks to read older shapes (``upgrade``) and tidy a restored
+state (``restored``). Sets and frozensets are written as sorted lists.
 
 Hand-rolled rather than pydantic's ``TypeAdapter``: the persisted format must
 stay byte-for-byte what the hand-written ``to_dict``s wrote (pydantic would emit
@@ -25,7 +29,7 @@ import math
 import types
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, Self, TypeVar, Union
+from typing import Any, ClassVar, Literal, Self, TypeVar, Union
 
 T = TypeVar("T")
 
@@ -39,13 +43,16 @@ TRANSIENT = {_TRANSIENT: True}
 
 @dataclasses.dataclass(frozen=True)
 class Hook:
-    """Per-field encoding: ``encode(value) -> data``, ``decode(data, where) -> value``."""
+    """Per-field encoding: ``encode(value) -> data``, ``decode(data, where) -> value``
+    (``decode`` None: by the field's annotation, e.g. when only the order is special)."""
 
     encode: Callable[[Any], Any]
-    decode: Callable[[Any, str], Any]
+    decode: Callable[[Any, str], Any] | None
 
 
-def hook(encode: Callable[[Any], Any], decode: Callable[[Any, str], Any]) -> dict[str, Any]:
+def hook(
+    encode: Callable[[Any], Any], decode: Callable[[Any, str], Any] | None = None
+) -> dict[str, Any]:
     """``field(metadata=hook(...))``: this field is encoded/decoded by the given pair."""
     return {_HOOK: Hook(encode, decode)}
 
@@ -74,6 +81,13 @@ def _all_finite_non_negative(value: Any, where: str) -> None:
         raise ValueError(f"{where} must be >= 0, got {value!r}")
 
 
+def _sorted_mapping(value: Mapping[Any, Any]) -> dict[Any, Any]:
+    return {k: to_data(v) for k, v in sorted(value.items())}
+
+
+SORTED_KEYS = hook(_sorted_mapping)
+"""A mapping field written in key order (read back by its annotation)."""
+
 FINITE = check(_all_finite)
 """Every float in the field (also inside tuples) is finite."""
 FINITE_NON_NEGATIVE = check(_all_finite_non_negative)
@@ -82,6 +96,15 @@ FINITE_NON_NEGATIVE = check(_all_finite_non_negative)
 
 class JsonState:
     """Mixin for a state dataclass: ``to_dict``/``from_dict`` by the codec."""
+
+    VERSION: ClassVar[tuple[str, int] | None] = None
+    """``(key, n)``: ``key: n`` is written first and required on restore."""
+    LEGACY_VERSIONS: ClassVar[tuple[int, ...]] = ()
+    """Older versions :meth:`upgrade` turns into the current shape."""
+    KEY_ORDER: ClassVar[tuple[str, ...]] = ()
+    """The persisted keys' order when it is not the fields' (a format older than the class)."""
+    LABEL: ClassVar[str] = ""
+    """The state's name in the unsupported-version error (default: the class name)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict; :meth:`from_dict` rebuilds an equal state."""
@@ -93,20 +116,47 @@ class JsonState:
         """Rebuild from :meth:`to_dict`'s output; ``ValueError`` naming the field if malformed."""
         return from_data(cls, data)
 
+    @classmethod
+    def upgrade(cls, data: Mapping[str, Any], version: int) -> Mapping[str, Any]:
+        """``data`` of a ``LEGACY_VERSIONS`` version in the current shape."""
+        return data
+
+    def restored(self) -> Self:
+        """This state as just restored, tidied (e.g. entries a step would never keep dropped)."""
+        return self
+
+
+def _versioned(cls: type[JsonState], data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``data`` of the current version (older ones upgraded); ``ValueError`` if unknown."""
+    assert cls.VERSION is not None
+    key, current = cls.VERSION
+    version = data.get(key)
+    if version != current and (isinstance(version, bool) or version not in cls.LEGACY_VERSIONS):
+        label = cls.LABEL or cls.__name__
+        raise ValueError(f"unsupported {label} {key} {version!r} (expected {current})")
+    return data if version == current else cls.upgrade(data, version)
+
 
 def to_data(value: Any) -> Any:
     """``value`` as JSON-safe data (dataclasses by field, tuples as lists)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         if not isinstance(value, JsonState) and hasattr(value, "to_dict"):
             return value.to_dict()  # a type with its own hand-written format
+        cls = type(value)
         out: dict[str, Any] = {}
-        for f in _fields(type(value)):
+        version = getattr(cls, "VERSION", None)
+        if version is not None:
+            out[version[0]] = version[1]
+        for f in _fields(cls):
             v = getattr(value, f.name)
             h = f.metadata.get(_HOOK)
             out[f.name] = h.encode(v) if h is not None else to_data(v)
-        return out
+        order = getattr(cls, "KEY_ORDER", ())
+        return {k: out[k] for k in order} if order else out
     if isinstance(value, (tuple, list)):
         return [to_data(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted(to_data(v) for v in value)
     if isinstance(value, Mapping):
         return {k: to_data(v) for k, v in value.items()}
     return value
@@ -117,6 +167,8 @@ def from_data(cls: type[T], data: Any, where: str | None = None) -> T:
     where = where or cls.__name__
     if not isinstance(data, Mapping):
         raise ValueError(f"{where} must be a JSON object, got {type(data).__name__}")
+    if issubclass(cls, JsonState) and cls.VERSION is not None:
+        data = _versioned(cls, data)
     hints = _hints(cls)
     kwargs: dict[str, Any] = {}
     for f in _fields(cls):
@@ -127,15 +179,19 @@ def from_data(cls: type[T], data: Any, where: str | None = None) -> T:
         h = f.metadata.get(_HOOK)
         at = f"{where}.{f.name}"
         raw = data[f.name]
-        value = h.decode(raw, at) if h is not None else decode(hints[f.name], raw, at)
+        if h is not None and h.decode is not None:
+            value = h.decode(raw, at)
+        else:
+            value = decode(hints[f.name], raw, at)
         validate = f.metadata.get(_CHECK)
         if validate is not None:
             validate(value, at)
         kwargs[f.name] = value
     try:
-        return cls(**kwargs)
+        state = cls(**kwargs)
     except TypeError as exc:
         raise ValueError(f"malformed {where}: {exc}") from None
+    return state.restored() if isinstance(state, JsonState) else state
 
 
 def decode(hint: Any, data: Any, where: str) -> Any:
@@ -162,6 +218,12 @@ def decode(hint: Any, data: Any, where: str) -> Any:
         if data not in args:
             raise ValueError(f"{where} must be one of {list(args)}, got {data!r}")
         return data
+    if origin in (frozenset, set):
+        if not isinstance(data, (list, tuple)):
+            raise ValueError(f"{where} must be a list, got {type(data).__name__}")
+        item = args[0] if args else Any
+        members = {decode(item, d, f"{where}[{i}]") for i, d in enumerate(data)}
+        return frozenset(members) if origin is frozenset else members
     if origin is tuple or origin is list:
         if not isinstance(data, (list, tuple)):
             raise ValueError(f"{where} must be a list, got {type(data).__name__}")

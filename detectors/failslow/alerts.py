@@ -44,7 +44,6 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
 
 from detectors.failslow.localise import Culprit, Localisation
 from detectors.failslow.mitigation import STAGES, Stage
@@ -52,6 +51,7 @@ from detectors.failslow.monitor import FailSlowVerdict
 from detectors.families import FAIL_SLOW, JOB_SLOW
 from detectors.features import DEFAULT_BUCKET_MS
 from detectors.lifecycle import Firing, clear, observe, resolved
+from detectors.state_codec import SORTED_KEYS, JsonState, check
 from detectors.vocabulary import AlertChange, Signal
 
 __all__ = [
@@ -88,18 +88,22 @@ class FailSlowAlertParams:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
 
 
+def _fail_slow_firing(firing: Mapping[str, Firing], where: str) -> None:
+    for f in firing.values():
+        if f.change.alertname not in (FAIL_SLOW, JOB_SLOW):
+            raise ValueError(f"not a fail-slow alert: {f.change.alertname!r}")
+        if f.change.action not in STAGE_ACTIONS.values():
+            known = ", ".join(STAGE_ACTIONS.values())
+            raise ValueError(f"unknown stage action {f.change.action!r}; known: {known}")
+
+
 @dataclass(frozen=True)
-class FailSlowAlertState:
+class FailSlowAlertState(JsonState):
     """The firing alerts of one job, keyed by node ("" for the job alert)."""
 
-    firing: Mapping[str, Firing] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"firing": {k: f.to_dict() for k, f in sorted(self.firing.items())}}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> FailSlowAlertState:
-        return cls({str(k): _firing_from_dict(v) for k, v in data.get("firing", {}).items()})
+    firing: Mapping[str, Firing] = field(
+        default_factory=dict, metadata={**SORTED_KEYS, **check(_fail_slow_firing)}
+    )
 
     def active(self) -> tuple[AlertChange, ...]:
         """Every firing alert (node alerts by node, then the job alert)."""
@@ -306,16 +310,6 @@ def _refresh(
 def _stage(change: AlertChange) -> Stage:
     """The stage an alert's ``action`` names."""
     return next(s for s, action in STAGE_ACTIONS.items() if action == change.action)
-
-
-def _firing_from_dict(data: Mapping[str, Any]) -> Firing:
-    firing = Firing.from_dict(data)
-    if firing.change.alertname not in (FAIL_SLOW, JOB_SLOW):
-        raise ValueError(f"not a fail-slow alert: {firing.change.alertname!r}")
-    if firing.change.action not in STAGE_ACTIONS.values():
-        known = ", ".join(STAGE_ACTIONS.values())
-        raise ValueError(f"unknown stage action {firing.change.action!r}; known: {known}")
-    return firing
 
 
 def _slowdown_text(verdict: FailSlowVerdict, onset_ts: int) -> str:

@@ -23,9 +23,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from detectors.state_codec import JsonState, check
 from detectors.xid.actions import RESET_CLASS, SEVERITY_RANK, Severity, action_rank, is_action
 from detectors.xid.catalog import XidCatalog, XidEntry
-from detectors.xid.events import XidEvent, _opt_str
+from detectors.xid.events import XidEvent
 
 __all__ = ["EscalationParams", "XidDecision", "XidEscalator"]
 
@@ -82,8 +83,15 @@ def _positive_int(name: str, value: object) -> None:
         raise ValueError(f"{name} must be an int >= 1, got {value!r}")
 
 
+def _known_action(action: str, where: str) -> None:
+    action_rank(action)
+
+
+_ACTION = check(_known_action)
+
+
 @dataclass(frozen=True)
-class XidDecision:
+class XidDecision(JsonState):
     """What to do about one XID on one GPU, given what this GPU did before.
 
     ``action`` is the GPU's current incident action (never lower than an
@@ -100,61 +108,16 @@ class XidDecision:
     xid: int
     name: str
     severity: Severity
-    action: str
+    action: str = field(metadata=_ACTION)
     escalated: bool
     reason: str
     ts_ms: int
-    catalog_action: str
+    catalog_action: str = field(metadata=_ACTION)
     incident_ts_ms: int
     changed: bool
     retry_after_ms: int | None = None
     substatus: str | None = None
     text: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "node": self.node,
-            "gpu": self.gpu,
-            "xid": self.xid,
-            "name": self.name,
-            "severity": self.severity,
-            "action": self.action,
-            "escalated": self.escalated,
-            "reason": self.reason,
-            "ts_ms": self.ts_ms,
-            "catalog_action": self.catalog_action,
-            "incident_ts_ms": self.incident_ts_ms,
-            "changed": self.changed,
-            "retry_after_ms": self.retry_after_ms,
-            "substatus": self.substatus,
-            "text": self.text,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> XidDecision:
-        retry = data.get("retry_after_ms")
-        severity = data["severity"]
-        if severity not in SEVERITY_RANK:
-            raise ValueError(f"unknown severity {severity!r}")
-        for name in ("action", "catalog_action"):
-            action_rank(data[name])
-        return cls(
-            node=str(data["node"]),
-            gpu=str(data["gpu"]),
-            xid=int(data["xid"]),
-            name=str(data["name"]),
-            severity=severity,
-            action=data["action"],
-            escalated=bool(data["escalated"]),
-            reason=str(data["reason"]),
-            ts_ms=int(data["ts_ms"]),
-            catalog_action=data["catalog_action"],
-            incident_ts_ms=int(data["incident_ts_ms"]),
-            changed=bool(data["changed"]),
-            retry_after_ms=None if retry is None else int(retry),
-            substatus=_opt_str(data.get("substatus")),
-            text=str(data.get("text", "")),
-        )
 
 
 @dataclass
