@@ -77,7 +77,6 @@ Missing z (NaN, ±inf) gives a NaN residual and leaves the cell untouched.
 
 from __future__ import annotations
 
-import base64
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -87,7 +86,8 @@ import numpy as np
 import numpy.typing as npt
 
 from detectors.arrays import BoolArray, FloatArray
-from detectors.checks import is_int, is_real
+from detectors.checks import check_ints, check_reals, is_int, is_real
+from detectors.state_codec import JsonState, check, ndarray
 
 __all__ = ["BaselineParams", "NodeBaselines", "update_and_residuals"]
 
@@ -100,8 +100,35 @@ _MAX_HALF_LIFE = 40_000.0  # 1 / alpha must stay below the uint16 count cap (65,
 
 CountArray = npt.NDArray[np.uint16]
 
-_FLOAT = np.dtype("<f8")
-_COUNT = np.dtype("<u2")
+
+def _shape(data: Mapping[str, Any], where: str) -> tuple[int, int, int]:
+    """regimes x nodes x features of a persisted state."""
+    regimes: Any = data.get("regimes")
+    nodes, features = data.get("nodes"), data.get("features")
+    if not is_int(regimes) or not 1 <= regimes <= 16:
+        raise ValueError(f"regimes must be an int in [1, 16], got {regimes!r}")
+    if not (isinstance(nodes, list) and isinstance(features, list)):
+        raise ValueError(f"malformed {where}: nodes and features must be lists")
+    return (int(regimes), len(nodes), len(features))
+
+
+def _finite(a: FloatArray, where: str) -> None:
+    if not np.isfinite(a).all():
+        raise ValueError(f"{where} must be finite")
+
+
+def _finite_non_negative(a: FloatArray, where: str) -> None:
+    if not (np.isfinite(a).all() and (a >= 0).all()):
+        raise ValueError(f"{where} must be finite and >= 0")
+
+
+def _finite_or_nan(a: FloatArray, where: str) -> None:
+    if np.isinf(a).any():
+        raise ValueError(f"{where} must be finite or NaN")
+
+
+_FLOAT = ndarray("<f8", _shape)
+_COUNT = ndarray("<u2", _shape)
 
 
 @dataclass(frozen=True)
@@ -132,23 +159,14 @@ class BaselineParams:
     regimes: int = 1
 
     def __post_init__(self) -> None:
-        h = self.half_life_buckets
-        if not (is_real(h) and 0 < h <= _MAX_HALF_LIFE):
-            raise ValueError(f"half_life_buckets must be in (0, {_MAX_HALF_LIFE:g}], got {h!r}")
-        for name, upper in (("warmup_buckets", _MAX_COUNT), ("adopt_after", _MAX_COUNT)):
-            value = getattr(self, name)
-            if not is_int(value) or not 1 <= value <= upper:
-                raise ValueError(f"{name} must be an int in [1, {upper}], got {value!r}")
-        if not (is_real(self.spread_floor) and self.spread_floor > 0):
-            raise ValueError(f"spread_floor must be finite and > 0, got {self.spread_floor!r}")
-        if not (is_real(self.huber_c) and self.huber_c > 0):
-            raise ValueError(f"huber_c must be finite and > 0, got {self.huber_c!r}")
+        check_reals(self, "half_life_buckets", above=0, at_most=_MAX_HALF_LIFE)
+        check_ints(self, "warmup_buckets", "adopt_after", maximum=_MAX_COUNT)
+        check_reals(self, "spread_floor", "huber_c", above=0)
         if not (is_real(self.freeze_z) and self.freeze_z >= self.huber_c):
             raise ValueError(
                 f"freeze_z must be finite and >= huber_c ({self.huber_c}), got {self.freeze_z!r}"
             )
-        if not is_int(self.regimes) or not 1 <= self.regimes <= 16:
-            raise ValueError(f"regimes must be an int in [1, 16], got {self.regimes!r}")
+        check_ints(self, "regimes", maximum=16)
 
     @property
     def alpha(self) -> float:
@@ -175,7 +193,7 @@ def _empty_arrays(
 
 
 @dataclass(frozen=True, eq=False)
-class NodeBaselines:
+class NodeBaselines(JsonState):
     """Per-node, per-feature learned usual z of one group (treat as immutable).
 
     Arrays are ``regimes x nodes x features``, nodes sorted (so the state does
@@ -192,11 +210,35 @@ class NodeBaselines:
 
     features: tuple[str, ...] = ()
     nodes: tuple[str, ...] = ()
-    mean: FloatArray = field(default_factory=lambda: np.zeros((0, 0, 0)))
-    var: FloatArray = field(default_factory=lambda: np.zeros((0, 0, 0)))
-    count: CountArray = field(default_factory=lambda: np.zeros((0, 0, 0), dtype=np.uint16))
-    away: CountArray = field(default_factory=lambda: np.zeros((0, 0, 0), dtype=np.uint16))
-    candidate: FloatArray = field(default_factory=lambda: np.zeros((0, 0, 0)))
+    mean: FloatArray = field(
+        default_factory=lambda: np.zeros((0, 0, 0)), metadata={**_FLOAT, **check(_finite)}
+    )
+    var: FloatArray = field(
+        default_factory=lambda: np.zeros((0, 0, 0)),
+        metadata={**_FLOAT, **check(_finite_non_negative)},
+    )
+    count: CountArray = field(
+        default_factory=lambda: np.zeros((0, 0, 0), dtype=np.uint16), metadata=_COUNT
+    )
+    away: CountArray = field(
+        default_factory=lambda: np.zeros((0, 0, 0), dtype=np.uint16), metadata=_COUNT
+    )
+    candidate: FloatArray = field(
+        default_factory=lambda: np.zeros((0, 0, 0)), metadata={**_FLOAT, **check(_finite_or_nan)}
+    )
+
+    VERSION = ("schema", STATE_SCHEMA)
+    KEY_ORDER = (
+        "schema",
+        "features",
+        "nodes",
+        "regimes",
+        "mean",
+        "var",
+        "count",
+        "away",
+        "candidate",
+    )
 
     def __post_init__(self) -> None:
         shape = self.mean.shape
@@ -249,66 +291,6 @@ class NodeBaselines:
             away=self.away[:, rows].copy(),
             candidate=self.candidate[:, rows].copy(),
         )
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe dict; :meth:`from_dict` rebuilds an identical state."""
-        return {
-            "schema": STATE_SCHEMA,
-            "features": list(self.features),
-            "nodes": list(self.nodes),
-            "regimes": self.regimes,
-            "mean": _encode(self.mean, _FLOAT),
-            "var": _encode(self.var, _FLOAT),
-            "count": _encode(self.count, _COUNT),
-            "away": _encode(self.away, _COUNT),
-            "candidate": _encode(self.candidate, _FLOAT),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> NodeBaselines:
-        """Rebuild from :meth:`to_dict`; ``ValueError`` on anything malformed."""
-        schema = data.get("schema")
-        if schema != STATE_SCHEMA:
-            raise ValueError(
-                f"unsupported NodeBaselines schema {schema!r} (expected {STATE_SCHEMA})"
-            )
-        try:
-            features = tuple(str(f) for f in data["features"])
-            nodes = tuple(str(n) for n in data["nodes"])
-            regimes = data["regimes"]
-            if not is_int(regimes) or not 1 <= regimes <= 16:
-                raise ValueError(f"regimes must be an int in [1, 16], got {regimes!r}")
-            shape = (int(regimes), len(nodes), len(features))
-            mean = _decode(data["mean"], _FLOAT, shape, "mean")
-            var = _decode(data["var"], _FLOAT, shape, "var")
-            count = _decode(data["count"], _COUNT, shape, "count").astype(np.uint16)
-            away = _decode(data["away"], _COUNT, shape, "away").astype(np.uint16)
-            candidate = _decode(data["candidate"], _FLOAT, shape, "candidate")
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"malformed NodeBaselines: {exc!r}") from None
-        if not (np.isfinite(mean).all() and np.isfinite(var).all() and (var >= 0).all()):
-            raise ValueError("NodeBaselines: mean and var must be finite (var >= 0)")
-        if np.isinf(candidate).any():
-            raise ValueError("NodeBaselines: candidate must be finite or NaN")
-        return cls(features, nodes, mean, var, count, away, candidate)
-
-
-def _encode(a: np.ndarray, dtype: np.dtype[Any]) -> str:
-    return base64.b64encode(np.ascontiguousarray(a, dtype=dtype).tobytes()).decode("ascii")
-
-
-def _decode(text: Any, dtype: np.dtype[Any], shape: tuple[int, ...], name: str) -> Any:
-    if not isinstance(text, str):
-        raise ValueError(f"NodeBaselines.{name} must be a base64 string")
-    try:
-        raw = base64.b64decode(text.encode("ascii"), validate=True)
-    except (ValueError, UnicodeEncodeError):
-        raise ValueError(f"NodeBaselines.{name} is not valid base64") from None
-    expected = math.prod(shape) * dtype.itemsize
-    if len(raw) != expected:
-        raise ValueError(f"NodeBaselines.{name} has {len(raw)} bytes, expected {expected}")
-    # A private, writable, native-order copy (frombuffer alone would alias read-only bytes).
-    return np.frombuffer(raw, dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="))
 
 
 def _aligned(

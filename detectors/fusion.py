@@ -70,6 +70,7 @@ import numpy as np
 import numpy.typing as npt
 
 from detectors.arrays import FloatArray
+from detectors.checks import check_reals
 from detectors.features import FeatureSpec
 from detectors.vocabulary import Signal, json_float
 
@@ -111,23 +112,20 @@ class FusionParams:
     max_signals: int = 5
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.z_evidence) and self.z_evidence > 0):
-            raise ValueError(f"z_evidence must be finite and > 0, got {self.z_evidence}")
+        check_reals(self, "z_evidence", above=0)
         if not (math.isfinite(self.z_clip) and self.z_clip >= self.z_evidence):
             raise ValueError(
                 f"z_clip must be finite and >= z_evidence ({self.z_evidence}), got {self.z_clip}"
             )
         if self.top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {self.top_k}")
-        if not (math.isfinite(self.score_threshold) and self.score_threshold > 0):
-            raise ValueError(f"score_threshold must be finite and > 0, got {self.score_threshold}")
+        check_reals(self, "score_threshold", above=0)
         if self.score_threshold > self.top_k * self.z_clip:
             raise ValueError(
                 f"score_threshold {self.score_threshold} can never be reached: "
                 f"the score is at most top_k x z_clip = {self.top_k * self.z_clip}"
             )
-        if not 0 < self.cluster_fraction < 1:
-            raise ValueError(f"cluster_fraction must be in (0, 1), got {self.cluster_fraction}")
+        check_reals(self, "cluster_fraction", above=0, below=1)
         if self.max_signals < 1:
             raise ValueError(f"max_signals must be >= 1, got {self.max_signals}")
 

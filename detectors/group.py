@@ -63,6 +63,7 @@ from detectors.alerts import (
 )
 from detectors.arrays import BoolArray, FloatArray
 from detectors.baseline import BaselineParams, NodeBaselines
+from detectors.checks import check_ints
 from detectors.features import FeatureSpec
 from detectors.fusion import FusionParams, GroupEvent, NodeVerdict, fuse_bucket
 from detectors.group_shift import GroupLevels, GroupShift, ShiftParams, regime_check, track_levels
@@ -78,13 +79,40 @@ from detectors.population import (
     role_peer_stats,
     step_populations,
 )
+from detectors.state_codec import JsonState, hook
 
 __all__ = ["BucketResult", "GroupState", "ScoringParams", "score_bucket"]
 
 STATE_SCHEMA = 3
-# Older states keep their alerts; what they lack starts fresh and warms up again:
-# schema 1 had no levels, schema 2 no node baselines and no multivariate model.
-_LEGACY_SCHEMAS = (1, 2)
+
+
+def _alerts_data(alerts: Mapping[AlertKey, AlertState]) -> list[dict[str, Any]]:
+    ordered = sorted(alerts.values(), key=lambda a: (a.alertname, a.node or ""))
+    return [a.to_dict() for a in ordered]
+
+
+def _alerts(data: Any, where: str) -> dict[AlertKey, AlertState]:
+    if not isinstance(data, list):
+        raise ValueError(f"{where} must be a list, got {type(data).__name__}")
+    alerts = [AlertState.from_dict(a) for a in data]
+    return {a.key: a for a in alerts}
+
+
+def _baselines_data(baselines: NodeBaselines) -> dict[str, Any] | None:
+    # an empty NodeBaselines (0 regimes) is not a readable to_dict: store none
+    return baselines.to_dict() if baselines.nodes else None
+
+
+def _baselines(data: Any, where: str) -> NodeBaselines:
+    return NodeBaselines() if data is None else NodeBaselines.from_dict(data)
+
+
+def _model_data(model: GroupModel | None) -> dict[str, Any] | None:
+    return None if model is None else model.to_dict()
+
+
+def _model(data: Any, where: str) -> GroupModel | None:
+    return None if data is None else GroupModel.from_dict(data, MultivariateParams())
 
 
 @dataclass(frozen=True)
@@ -158,9 +186,7 @@ class ScoringParams:
             )
         # Building the parts validates their fields.
         _ = self.fusion, self.alerts, self.shift
-        value = self.gap_min_features
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"gap_min_features must be an int >= 1, got {value!r}")
+        check_ints(self, "gap_min_features")
         if self.shift_adopt_after < self.persistence:
             raise ValueError(
                 f"shift_adopt_after ({self.shift_adopt_after}) must be >= persistence "
@@ -209,7 +235,7 @@ class ScoringParams:
 
 
 @dataclass(frozen=True, eq=False)
-class GroupState:
+class GroupState(JsonState):
     """Detector state of one group: last bucket scored, alerts, usual levels, learned models.
 
     Per-node persistence counters are the ``streak``/``clear_streak`` of the
@@ -221,18 +247,25 @@ class GroupState:
     ``to_dict`` is JSON-safe; ``from_dict`` rebuilds an equal state (equality
     is equality of ``to_dict``) and also reads schemas 1 and 2, starting what
     they lack fresh: levels (schema 1), baselines and model (1 and 2). The
-    model's parameters are not stored: ``from_dict`` takes them (default:
-    :class:`MultivariateParams`'s) and :func:`score_bucket` re-applies its own
-    if they differ.
+    model's parameters are not stored: ``from_dict`` restores it with
+    :class:`MultivariateParams`'s defaults and :func:`score_bucket` re-applies
+    its own if they differ.
     """
 
     last_bucket_ts: int | None = None
-    alerts: Mapping[AlertKey, AlertState] = field(default_factory=dict)
+    alerts: Mapping[AlertKey, AlertState] = field(
+        default_factory=dict, metadata=hook(_alerts_data, _alerts)
+    )
     levels: GroupLevels = field(default_factory=GroupLevels)
-    baselines: NodeBaselines = field(default_factory=NodeBaselines)
-    model: GroupModel | None = None
+    baselines: NodeBaselines = field(
+        default_factory=NodeBaselines, metadata=hook(_baselines_data, _baselines)
+    )
+    model: GroupModel | None = field(default=None, metadata=hook(_model_data, _model))
     populations: Populations = field(default_factory=Populations)
     phase: Phase = field(default_factory=Phase)
+
+    VERSION = ("schema", STATE_SCHEMA)
+    LEGACY_VERSIONS = (1, 2)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, GroupState):
@@ -241,51 +274,11 @@ class GroupState:
 
     __hash__ = None  # type: ignore[assignment]  # mutable parts: not hashable
 
-    def to_dict(self) -> dict[str, Any]:
-        ordered = sorted(self.alerts.values(), key=lambda a: (a.alertname, a.node or ""))
-        return {
-            "schema": STATE_SCHEMA,
-            "last_bucket_ts": self.last_bucket_ts,
-            "alerts": [a.to_dict() for a in ordered],
-            "levels": self.levels.to_dict(),
-            # an empty NodeBaselines (0 regimes) is not a readable to_dict: store none
-            "baselines": self.baselines.to_dict() if self.baselines.nodes else None,
-            "model": None if self.model is None else self.model.to_dict(),
-            "populations": self.populations.to_dict(),
-            "phase": self.phase.to_dict(),
-        }
-
     @classmethod
-    def from_dict(
-        cls, data: Mapping[str, Any], model_params: MultivariateParams | None = None
-    ) -> GroupState:
-        schema = data.get("schema")
-        if schema != STATE_SCHEMA and schema not in _LEGACY_SCHEMAS:
-            raise ValueError(f"unsupported GroupState schema {schema!r} (expected {STATE_SCHEMA})")
-        last = data.get("last_bucket_ts")
-        alerts = [AlertState.from_dict(a) for a in data.get("alerts", ())]
-        levels = data.get("levels") if schema in (2, STATE_SCHEMA) else None
-        current = schema == STATE_SCHEMA
-        baselines = data.get("baselines") if current else None
-        model = data.get("model") if current else None
-        populations = data.get("populations") if current else None
-        phase = data.get("phase")  # absent in states saved before phases: training
-        return cls(
-            last_bucket_ts=None if last is None else int(last),
-            alerts={a.key: a for a in alerts},
-            levels=GroupLevels() if levels is None else GroupLevels.from_dict(levels),
-            baselines=NodeBaselines() if baselines is None else NodeBaselines.from_dict(baselines),
-            model=(
-                None
-                if model is None
-                else GroupModel.from_dict(model, model_params or MultivariateParams())
-            ),
-            # states saved before populations: everyone is placed afresh (known nodes as job)
-            populations=Populations()
-            if populations is None
-            else Populations.from_dict(populations),
-            phase=Phase() if phase is None else Phase.from_dict(phase),
-        )
+    def upgrade(cls, data: Mapping[str, Any], version: int) -> Mapping[str, Any]:
+        """An older schema keeps its alerts (and levels from 2); the rest starts fresh."""
+        kept = ("last_bucket_ts", "alerts", "phase") + (("levels",) if version == 2 else ())
+        return {k: data[k] for k in kept if k in data}
 
 
 @dataclass(frozen=True)

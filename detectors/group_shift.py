@@ -58,7 +58,7 @@ from typing import Any, Literal
 import numpy as np
 
 from detectors.arrays import BoolArray, FloatArray, IntArray
-from detectors.checks import is_real
+from detectors.checks import check_ints, check_reals, is_real
 from detectors.fusion import Signal
 from detectors.state_codec import FINITE_NON_NEGATIVE, JsonState, check
 
@@ -81,21 +81,14 @@ class ShiftParams:
     shift_adopt_after: int = 40
 
     def __post_init__(self) -> None:
-        if not (is_real(self.shift_threshold) and self.shift_threshold > 0):
-            raise ValueError(
-                f"shift_threshold must be finite and > 0, got {self.shift_threshold!r}"
-            )
+        check_reals(self, "shift_threshold", above=0)
         if not (is_real(self.shift_release) and 0 < self.shift_release <= self.shift_threshold):
             raise ValueError(
                 f"shift_release must be in (0, shift_threshold={self.shift_threshold}], "
                 f"got {self.shift_release!r}"
             )
-        if not (is_real(self.shift_alpha) and 0 < self.shift_alpha <= 1):
-            raise ValueError(f"shift_alpha must be in (0, 1], got {self.shift_alpha!r}")
-        for name in ("shift_warmup", "shift_adopt_after"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        check_reals(self, "shift_alpha", above=0, at_most=1)
+        check_ints(self, "shift_warmup", "shift_adopt_after")
 
 
 def _usable_levels(values: Sequence[float | None], where: str) -> None:

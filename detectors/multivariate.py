@@ -89,7 +89,7 @@ import numpy.typing as npt
 from river import stats
 
 from detectors.arrays import BoolArray, FloatArray
-from detectors.checks import is_int, is_real
+from detectors.checks import check_ints, check_reals, is_int
 
 __all__ = ["GroupModel", "MultivariateParams"]
 
@@ -133,21 +133,11 @@ class MultivariateParams:
     calibration_window: int = 172_800
 
     def __post_init__(self) -> None:
-        h = self.half_life_buckets
-        if not (is_real(h) and 0 < h <= _MAX_HALF_LIFE):
-            raise ValueError(f"half_life_buckets must be in (0, {_MAX_HALF_LIFE:g}], got {h!r}")
-        for name in ("warmup_buckets", "learn_every", "calibration_min", "calibration_window"):
-            value = getattr(self, name)
-            if not is_int(value) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        if not (is_real(self.clip) and self.clip > 0):
-            raise ValueError(f"clip must be finite and > 0, got {self.clip!r}")
-        if not (is_real(self.var_floor) and self.var_floor > 0):
-            raise ValueError(f"var_floor must be finite and > 0, got {self.var_floor!r}")
-        if not (is_real(self.alpha) and 0 < self.alpha < 0.5):
-            raise ValueError(f"alpha must be in (0, 0.5), got {self.alpha!r}")
-        if not (is_real(self.min_present) and 0 < self.min_present <= 1):
-            raise ValueError(f"min_present must be in (0, 1], got {self.min_present!r}")
+        check_reals(self, "half_life_buckets", above=0, at_most=_MAX_HALF_LIFE)
+        check_ints(self, "warmup_buckets", "learn_every", "calibration_min", "calibration_window")
+        check_reals(self, "clip", "var_floor", above=0)
+        check_reals(self, "alpha", above=0, below=0.5)
+        check_reals(self, "min_present", above=0, at_most=1)
         if self.calibration_window < self.calibration_min:
             raise ValueError(
                 f"calibration_window ({self.calibration_window}) must be >= calibration_min "

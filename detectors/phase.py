@@ -33,7 +33,7 @@ from typing import Literal
 
 import numpy as np
 
-from detectors.checks import is_real
+from detectors.checks import check_ints, check_reals, is_real
 from detectors.state_codec import FINITE_NON_NEGATIVE, TRANSIENT, JsonState
 
 __all__ = ["PHASES", "Phase", "PhaseName", "PhaseParams", "step_phase"]
@@ -84,20 +84,12 @@ class PhaseParams:
     steady: tuple[str, ...] = _STEADY
 
     def __post_init__(self) -> None:
-        for name in ("save_write_bytes_per_s", "load_read_bytes_per_s", "load_gpu_util_below"):
-            value = getattr(self, name)
-            if not (is_real(value) and value > 0):
-                raise ValueError(f"{name} must be finite and > 0, got {value!r}")
-        if not (is_real(self.idle_gpu_util_below) and self.idle_gpu_util_below >= 0):
-            raise ValueError(f"idle_gpu_util_below must be >= 0, got {self.idle_gpu_util_below!r}")
-        for name in ("reference_nodes", "max_save_buckets", "max_load_buckets"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        for name in ("min_share", "share_floor"):
-            value = getattr(self, name)
-            if not (is_real(value) and 0 < value <= 1):
-                raise ValueError(f"{name} must be in (0, 1], got {value!r}")
+        check_reals(
+            self, "save_write_bytes_per_s", "load_read_bytes_per_s", "load_gpu_util_below", above=0
+        )
+        check_reals(self, "idle_gpu_util_below", at_least=0)
+        check_ints(self, "reference_nodes", "max_save_buckets", "max_load_buckets")
+        check_reals(self, "min_share", "share_floor", above=0, at_most=1)
         if not (self.write_feature and self.read_feature and self.gpu_feature):
             raise ValueError("write_feature, read_feature and gpu_feature must name features")
         object.__setattr__(self, "steady", tuple(self.steady))

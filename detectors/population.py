@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from detectors.arrays import FloatArray
+from detectors.checks import check_ints, check_reals
 from detectors.peer import PeerStats, peer_zscores
 from detectors.state_codec import SORTED_KEYS, JsonState
 
@@ -67,14 +68,9 @@ class PopulationParams:
     def __post_init__(self) -> None:
         if not self.activity_feature:
             raise ValueError("activity_feature must name a feature")
-        if not (math.isfinite(self.busy_level) and self.busy_level > 0):
-            raise ValueError(f"busy_level must be finite and > 0, got {self.busy_level!r}")
-        if isinstance(self.release_buckets, bool) or not isinstance(self.release_buckets, int):
-            raise ValueError(f"release_buckets must be an int, got {self.release_buckets!r}")
-        if self.release_buckets < 1:
-            raise ValueError(f"release_buckets must be >= 1, got {self.release_buckets}")
-        if not 0 < self.running_share <= 1:
-            raise ValueError(f"running_share must be in (0, 1], got {self.running_share!r}")
+        check_reals(self, "busy_level", above=0)
+        check_ints(self, "release_buckets")
+        check_reals(self, "running_share", above=0, at_most=1)
 
 
 @dataclass(frozen=True)

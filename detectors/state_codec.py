@@ -24,12 +24,15 @@ stays free of a validation framework; this is ~150 lines with no dependency.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import math
 import types
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal, Self, TypeVar, Union
+
+import numpy as np
 
 T = TypeVar("T")
 
@@ -48,6 +51,8 @@ class Hook:
 
     encode: Callable[[Any], Any]
     decode: Callable[[Any, str], Any] | None
+    shape_of: Callable[[Mapping[str, Any], str], tuple[int, ...]] | None = None
+    """For an array: its shape from the whole persisted object (``decode`` gets it third)."""
 
 
 def hook(
@@ -55,6 +60,33 @@ def hook(
 ) -> dict[str, Any]:
     """``field(metadata=hook(...))``: this field is encoded/decoded by the given pair."""
     return {_HOOK: Hook(encode, decode)}
+
+
+def ndarray(
+    dtype: str, shape_of: Callable[[Mapping[str, Any], str], tuple[int, ...]]
+) -> dict[str, Any]:
+    """``field(metadata=ndarray("<f8", shape_of))``: a numpy array as base64 of its bytes in
+    ``dtype`` (no pickle), read back in native order with the shape ``shape_of(data, where)``
+    gives from the persisted object (e.g. its name lists' lengths)."""
+    wire = np.dtype(dtype)
+
+    def encode(a: Any) -> str:
+        return base64.b64encode(np.ascontiguousarray(a, dtype=wire).tobytes()).decode("ascii")
+
+    def decode(text: Any, where: str, shape: tuple[int, ...]) -> Any:
+        if not isinstance(text, str):
+            raise ValueError(f"{where} must be a base64 string")
+        try:
+            raw = base64.b64decode(text.encode("ascii"), validate=True)
+        except (ValueError, UnicodeEncodeError):
+            raise ValueError(f"{where} is not valid base64") from None
+        expected = math.prod(shape) * wire.itemsize
+        if len(raw) != expected:
+            raise ValueError(f"{where} has {len(raw)} bytes, expected {expected}")
+        # A private, writable, native-order copy (frombuffer alone would alias read-only bytes).
+        return np.frombuffer(raw, dtype=wire).reshape(shape).astype(wire.newbyteorder("="))
+
+    return {_HOOK: Hook(encode, decode, shape_of)}  # type: ignore[arg-type]
 
 
 def check(validate: Callable[[Any, str], None]) -> dict[str, Any]:
@@ -87,6 +119,20 @@ def _sorted_mapping(value: Mapping[Any, Any]) -> dict[Any, Any]:
 
 SORTED_KEYS = hook(_sorted_mapping)
 """A mapping field written in key order (read back by its annotation)."""
+
+
+def pairs(key: type, value: type) -> dict[str, Any]:
+    """``field(metadata=pairs(int, int))``: a ``dict[key, value]`` written as its sorted
+    ``[key, value]`` pairs (a JSON object's keys could only be strings)."""
+
+    def encode(mapping: Mapping[Any, Any]) -> list[list[Any]]:
+        return sorted([to_data(k), to_data(v)] for k, v in mapping.items())
+
+    def decode_pairs(data: Any, where: str) -> dict[Any, Any]:
+        return dict(decode(tuple[tuple[key, value], ...], data, where))  # type: ignore[valid-type]
+
+    return hook(encode, decode_pairs)
+
 
 FINITE = check(_all_finite)
 """Every float in the field (also inside tuples) is finite."""
@@ -151,8 +197,8 @@ def to_data(value: Any) -> Any:
             v = getattr(value, f.name)
             h = f.metadata.get(_HOOK)
             out[f.name] = h.encode(v) if h is not None else to_data(v)
-        order = getattr(cls, "KEY_ORDER", ())
-        return {k: out[k] for k in order} if order else out
+        order = getattr(cls, "KEY_ORDER", ())  # may name a property (written, not read)
+        return {k: out[k] if k in out else to_data(getattr(value, k)) for k in order} or out
     if isinstance(value, (tuple, list)):
         return [to_data(v) for v in value]
     if isinstance(value, (set, frozenset)):
@@ -179,7 +225,9 @@ def from_data(cls: type[T], data: Any, where: str | None = None) -> T:
         h = f.metadata.get(_HOOK)
         at = f"{where}.{f.name}"
         raw = data[f.name]
-        if h is not None and h.decode is not None:
+        if h is not None and h.shape_of is not None:
+            value = h.decode(raw, at, h.shape_of(data, where))  # type: ignore[call-arg, misc]
+        elif h is not None and h.decode is not None:
             value = h.decode(raw, at)
         else:
             value = decode(hints[f.name], raw, at)

@@ -45,6 +45,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
+from detectors.checks import check_ints
 from detectors.failslow.localise import Culprit, Localisation
 from detectors.failslow.mitigation import STAGES, Stage
 from detectors.failslow.monitor import FailSlowVerdict
@@ -82,10 +83,7 @@ class FailSlowAlertParams:
     bucket_ms: int = DEFAULT_BUCKET_MS
 
     def __post_init__(self) -> None:
-        for name in ("resolve_after", "bucket_ms"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        check_ints(self, "resolve_after", "bucket_ms")
 
 
 def _fail_slow_firing(firing: Mapping[str, Firing], where: str) -> None:

@@ -70,11 +70,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
 from detectors.arrays import FloatArray
+from detectors.checks import check_ints, check_reals
 from detectors.state_codec import FINITE, FINITE_NON_NEGATIVE, JsonState
 
 __all__ = [
@@ -127,11 +128,9 @@ class ChangePointParams:
     min_noise: float = 0.002
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.hazard_buckets) and self.hazard_buckets > 1):
-            raise ValueError(f"hazard_buckets must be finite and > 1, got {self.hazard_buckets}")
-        for name in ("max_run_length", "sustain_buckets", "reference_buckets", "noise_buckets"):
-            _check_int(name, getattr(self, name), 1)
-        _check_int("min_reference_buckets", self.min_reference_buckets, 2)
+        check_reals(self, "hazard_buckets", above=1)
+        check_ints(self, "max_run_length", "sustain_buckets", "reference_buckets", "noise_buckets")
+        check_ints(self, "min_reference_buckets", minimum=2)
         if self.min_reference_buckets > self.reference_buckets:
             raise ValueError("min_reference_buckets must be <= reference_buckets")
         if self.noise_buckets < self.reference_buckets:
@@ -141,18 +140,11 @@ class ChangePointParams:
                 "max_run_length must cover sustain_buckets + noise_buckets "
                 f"({self.sustain_buckets + self.noise_buckets}), got {self.max_run_length}"
             )
-        for name in ("prior_noise", "alpha0", "kappa0", "min_noise"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"{name} must be finite and > 0, got {value}")
-        if not 0 < self.min_shift < 1:
-            raise ValueError(f"min_shift must be in (0, 1), got {self.min_shift}")
-        if not (math.isfinite(self.shift_sigmas) and self.shift_sigmas >= 0):
-            raise ValueError(f"shift_sigmas must be finite and >= 0, got {self.shift_sigmas}")
-        if not 0 <= self.max_shortfall < 1:
-            raise ValueError(f"max_shortfall must be in [0, 1), got {self.max_shortfall}")
-        if not 0 <= self.bucket_fraction <= 1:
-            raise ValueError(f"bucket_fraction must be in [0, 1], got {self.bucket_fraction}")
+        check_reals(self, "prior_noise", "alpha0", "kappa0", "min_noise", above=0)
+        check_reals(self, "min_shift", above=0, below=1)
+        check_reals(self, "shift_sigmas", at_least=0)
+        check_reals(self, "max_shortfall", at_least=0, below=1)
+        check_reals(self, "bucket_fraction", at_least=0, at_most=1)
 
     @property
     def hazard(self) -> float:
@@ -211,7 +203,7 @@ class ChangePointState(JsonState):
 
 
 @dataclass(frozen=True)
-class ChangeVerdict:
+class ChangeVerdict(JsonState):
     """One bucket's verdict.
 
     ``changed``: BOCPD places the start of the current regime after the normal
@@ -232,18 +224,6 @@ class ChangeVerdict:
     run_length: int
     since_bucket: int | None
     reason: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "bucket": self.bucket,
-            "changed": self.changed,
-            "confirmed": self.confirmed,
-            "direction": self.direction,
-            "magnitude": self.magnitude,
-            "run_length": self.run_length,
-            "since_bucket": self.since_bucket,
-            "reason": self.reason,
-        }
 
 
 def step_changepoint(
@@ -602,8 +582,3 @@ def _step_episode(
         ep.since_bucket,
         f"slow since bucket {ep.since_bucket}: {rel * 100:+.1f} % vs the reference",
     )
-
-
-def _check_int(name: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")

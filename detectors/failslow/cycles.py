@@ -45,6 +45,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from detectors.arrays import FloatArray
+from detectors.checks import check_ints, check_reals
 from detectors.state_codec import JsonState, check
 
 __all__ = [
@@ -103,33 +104,19 @@ class CycleParams:
     max_ahead: int = 3
 
     def __post_init__(self) -> None:
-        if not 0 < self.dip_depth < 1:
-            raise ValueError(f"dip_depth must be in (0, 1), got {self.dip_depth}")
-        for name, minimum in (
-            ("max_dip_buckets", 1),
-            ("level_buckets", 3),
-            ("downsample", 1),
-            ("history_bins", 8),
-            ("min_period_buckets", 2),
-            ("max_period_buckets", 2),
-            ("min_repeats", 2),
-            ("jitter_bins", 0),
-            ("min_tolerance_buckets", 0),
-            ("max_events", 2),
-            ("max_cycles", 1),
-            ("max_ahead", 1),
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+        check_reals(self, "dip_depth", above=0, below=1)
+        check_ints(self, "max_dip_buckets", "downsample", "max_cycles", "max_ahead")
+        check_ints(self, "level_buckets", minimum=3)
+        check_ints(self, "history_bins", minimum=8)
+        check_ints(self, "min_period_buckets", "max_period_buckets", "min_repeats", minimum=2)
+        check_ints(self, "max_events", minimum=2)
+        check_ints(self, "jitter_bins", "min_tolerance_buckets", minimum=0)
         if self.max_period_buckets <= self.min_period_buckets:
             raise ValueError("max_period_buckets must be > min_period_buckets")
         if self.min_period_buckets <= self.max_dip_buckets:
             raise ValueError("min_period_buckets must exceed max_dip_buckets (a dip is shorter)")
-        if not 0 < self.min_acf <= 1:
-            raise ValueError(f"min_acf must be in (0, 1], got {self.min_acf}")
-        if not 0 <= self.tolerance < 0.5:
-            raise ValueError(f"tolerance must be in [0, 0.5), got {self.tolerance}")
+        check_reals(self, "min_acf", above=0, at_most=1)
+        check_reals(self, "tolerance", at_least=0, below=0.5)
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from detectors.checks import check_ints
 from detectors.failslow.localise import MASK_MAX, NodeMetrics, overflow_safe_median
 from detectors.features import per_gpu_key
 
@@ -90,10 +91,7 @@ class InputParams:
     def __post_init__(self) -> None:
         if not self.tokens_feature or not self.iteration_feature:
             raise ValueError("tokens_feature and iteration_feature must be named")
-        for name in ("min_ranks", "gpus_per_node"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        check_ints(self, "min_ranks", "gpus_per_node")
 
 
 @dataclass(frozen=True)

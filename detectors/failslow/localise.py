@@ -54,7 +54,9 @@ import numpy as np
 import numpy.typing as npt
 
 from detectors.arrays import FloatArray
+from detectors.checks import check_reals
 from detectors.peer import peer_zscores
+from detectors.state_codec import JsonState
 from detectors.vocabulary import Signal
 
 __all__ = [
@@ -207,28 +209,22 @@ class LocaliseParams:
     max_evidence: int = 6
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.z_threshold) and self.z_threshold > 0):
-            raise ValueError(f"z_threshold must be finite and > 0, got {self.z_threshold}")
+        check_reals(self, "z_threshold", above=0)
         if isinstance(self.min_peers, bool) or not isinstance(self.min_peers, int):
             raise ValueError(f"min_peers must be an int, got {self.min_peers!r}")
         if self.min_peers < 3:
             raise ValueError(
                 f"min_peers must be >= 3 (a median of two blames no one), got {self.min_peers}"
             )
-        if not 0 < self.cluster_fraction < 0.5:
-            raise ValueError(f"cluster_fraction must be in (0, 0.5), got {self.cluster_fraction}")
-        if not (math.isfinite(self.reference_shift) and self.reference_shift > 0):
-            raise ValueError(f"reference_shift must be finite and > 0, got {self.reference_shift}")
-        if not (math.isfinite(self.throttle_clock_z) and self.throttle_clock_z >= 0):
-            raise ValueError(
-                f"throttle_clock_z must be finite and >= 0, got {self.throttle_clock_z}"
-            )
+        check_reals(self, "cluster_fraction", above=0, below=0.5)
+        check_reals(self, "reference_shift", above=0)
+        check_reals(self, "throttle_clock_z", at_least=0)
         if self.max_evidence < 1:
             raise ValueError(f"max_evidence must be >= 1, got {self.max_evidence}")
 
 
 @dataclass(frozen=True)
-class Culprit:
+class Culprit(JsonState):
     """A node (and GPU for compute) blamed for the slowdown, with the signals that convict it."""
 
     node: str
@@ -237,18 +233,9 @@ class Culprit:
     confidence: float
     evidence: tuple[Signal, ...]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "node": self.node,
-            "gpu": self.gpu,
-            "klass": self.klass,
-            "confidence": self.confidence,
-            "evidence": [s.to_dict() for s in self.evidence],
-        }
-
 
 @dataclass(frozen=True)
-class Localisation:
+class Localisation(JsonState):
     """Who is to blame: ``culprits`` (strongest first), the overall ``klass`` and ``confidence``.
 
     ``klass`` is the strongest culprit's class; "cluster-wide", "unknown" or
@@ -261,15 +248,6 @@ class Localisation:
     confidence: float
     reason: str
     evidence: tuple[Signal, ...] = field(default=())
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "culprits": [c.to_dict() for c in self.culprits],
-            "klass": self.klass,
-            "confidence": self.confidence,
-            "reason": self.reason,
-            "evidence": [s.to_dict() for s in self.evidence],
-        }
 
 
 def localise(

@@ -37,8 +37,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
+from detectors.checks import check_reals
 from detectors.features import DEFAULT_BUCKET_MS
 from detectors.state_codec import FINITE_NON_NEGATIVE, JsonState
 
@@ -76,8 +77,7 @@ class StageCost:
     classes: frozenset[str] = _NODE_CLASSES
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.downtime_s) and self.downtime_s >= 0):
-            raise ValueError(f"downtime_s must be finite and >= 0, got {self.downtime_s}")
+        check_reals(self, "downtime_s", at_least=0)
         if math.isnan(self.speedup) or self.speedup < 1:
             raise ValueError(f"speedup must be >= 1 (inf: back to baseline), got {self.speedup}")
         object.__setattr__(self, "classes", frozenset(self.classes))
@@ -101,12 +101,8 @@ class MitigationParams:
     restart_classes: frozenset[str] = _NODE_CLASSES
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.bucket_s) and self.bucket_s > 0):
-            raise ValueError(f"bucket_s must be finite and > 0, got {self.bucket_s}")
-        for name in ("checkpoint_save_s", "restart_load_s"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0):
-                raise ValueError(f"{name} must be finite and >= 0, got {value}")
+        check_reals(self, "bucket_s", above=0)
+        check_reals(self, "checkpoint_save_s", "restart_load_s", at_least=0)
         object.__setattr__(self, "restart_classes", frozenset(self.restart_classes))
 
     def escalation(self) -> tuple[tuple[Stage, StageCost], ...]:
@@ -118,7 +114,7 @@ class MitigationParams:
 
 
 @dataclass(frozen=True)
-class Advice:
+class Advice(JsonState):
     """The stage to apply now, why, the episode's loss so far and the stage's cost (GPU-seconds)."""
 
     stage: Stage
@@ -126,18 +122,11 @@ class Advice:
     loss_gpu_s: float
     cost_gpu_s: float
 
+    KEY_ORDER = ("stage", "action", "reason", "loss_gpu_s", "cost_gpu_s")  # action: derived
+
     @property
     def action(self) -> str:
         return ACTIONS[self.stage]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "stage": self.stage,
-            "action": self.action,
-            "reason": self.reason,
-            "loss_gpu_s": self.loss_gpu_s,
-            "cost_gpu_s": self.cost_gpu_s,
-        }
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from detectors.checks import check_ints
 from detectors.failslow.changepoint import (
     ChangePointParams,
     ChangePointState,
@@ -65,9 +66,7 @@ class FailSlowParams:
     localise_buckets: int = 3
 
     def __post_init__(self) -> None:
-        n = self.localise_buckets
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"localise_buckets must be an int >= 1, got {n!r}")
+        check_ints(self, "localise_buckets")
         if self.mitigation.bucket_s != self.slo.bucket_s:
             raise ValueError("mitigation and slo must use the same bucket_s")
 
@@ -102,7 +101,7 @@ class FailSlowState(JsonState):
 
 
 @dataclass(frozen=True)
-class FailSlowVerdict:
+class FailSlowVerdict(JsonState):
     """What one bucket concluded. ``localisation`` is None unless a drop is confirmed."""
 
     bucket: int
@@ -114,15 +113,6 @@ class FailSlowVerdict:
     @property
     def slow(self) -> bool:
         return self.change.confirmed and self.change.direction == "down"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "bucket": self.bucket,
-            "change": self.change.to_dict(),
-            "expected_dip": self.expected_dip,
-            "localisation": None if self.localisation is None else self.localisation.to_dict(),
-            "advice": self.advice.to_dict(),
-        }
 
 
 def step_failslow(

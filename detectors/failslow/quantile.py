@@ -24,6 +24,7 @@ import bisect
 import math
 from dataclasses import dataclass, field
 
+from detectors.checks import check_ints, check_reals
 from detectors.state_codec import JsonState, check
 
 __all__ = ["QuantileSketch"]
@@ -46,12 +47,8 @@ class QuantileSketch(JsonState):
     high: float | None = None
 
     def __post_init__(self) -> None:
-        if not 0 < self.relative_accuracy < 0.5:
-            raise ValueError(f"relative_accuracy must be in (0, 0.5), got {self.relative_accuracy}")
-        if isinstance(self.max_bins, bool) or not isinstance(self.max_bins, int):
-            raise ValueError(f"max_bins must be an int, got {self.max_bins!r}")
-        if self.max_bins < 2:
-            raise ValueError(f"max_bins must be >= 2, got {self.max_bins}")
+        check_reals(self, "relative_accuracy", above=0, below=0.5)
+        check_ints(self, "max_bins", minimum=2)
         if sum(c for _, c in self.bins) != self.count:
             raise ValueError("bin counts do not add up to count")
 

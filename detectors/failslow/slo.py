@@ -38,6 +38,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from detectors.checks import check_ints, check_reals
 from detectors.failslow.localise import Localisation
 from detectors.failslow.mitigation import STAGES, Advice, Stage
 from detectors.failslow.quantile import QuantileSketch
@@ -61,24 +62,14 @@ class SloParams:
     merge_gap_buckets: int = 10
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.bucket_s) and self.bucket_s > 0):
-            raise ValueError(f"bucket_s must be finite and > 0, got {self.bucket_s}")
-        if not 0 < self.band <= 1:
-            raise ValueError(f"band must be in (0, 1], got {self.band}")
+        check_reals(self, "bucket_s", above=0)
+        check_reals(self, "band", above=0, at_most=1)
         expected = self.expected_throughput
         if expected is not None and not (math.isfinite(expected) and expected > 0):
             raise ValueError(f"expected_throughput must be finite and > 0, got {expected}")
-        for name, minimum in (
-            ("min_baseline_buckets", 1),
-            ("gpus_per_node", 1),
-            ("max_incidents", 1),
-            ("merge_gap_buckets", 0),
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-        if not 0 < self.relative_accuracy < 0.5:
-            raise ValueError(f"relative_accuracy must be in (0, 0.5), got {self.relative_accuracy}")
+        check_ints(self, "min_baseline_buckets", "gpus_per_node", "max_incidents")
+        check_ints(self, "merge_gap_buckets", minimum=0)
+        check_reals(self, "relative_accuracy", above=0, below=0.5)
 
 
 @dataclass(frozen=True)
@@ -123,7 +114,7 @@ class SloState(JsonState):
 
 
 @dataclass(frozen=True)
-class SloSummary:
+class SloSummary(JsonState):
     """The job's SLO figures (hours, seconds, throughput in the input's unit)."""
 
     baseline: float | None
@@ -138,22 +129,6 @@ class SloSummary:
     healthy_gpu_hours_waiting: float
     incidents: tuple[Incident, ...]
     incident_count: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "baseline": self.baseline,
-            "p50": self.p50,
-            "p5": self.p5,
-            "seconds_below": self.seconds_below,
-            "seconds_below_in_dips": self.seconds_below_in_dips,
-            "seconds_unjudged": self.seconds_unjudged,
-            "gpu_hours_allocated": self.gpu_hours_allocated,
-            "gpu_hours_in_band": self.gpu_hours_in_band,
-            "gpu_hours_lost": self.gpu_hours_lost,
-            "healthy_gpu_hours_waiting": self.healthy_gpu_hours_waiting,
-            "incidents": [i.to_dict() for i in self.incidents],
-            "incident_count": self.incident_count,
-        }
 
 
 def step_slo(

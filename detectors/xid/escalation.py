@@ -23,7 +23,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from detectors.state_codec import JsonState, check
+from detectors.checks import check_ints, is_int
+from detectors.state_codec import JsonState, check, pairs
 from detectors.xid.actions import RESET_CLASS, SEVERITY_RANK, Severity, action_rank, is_action
 from detectors.xid.catalog import XidCatalog, XidEntry
 from detectors.xid.events import XidEvent
@@ -61,14 +62,13 @@ class EscalationParams:
     max_xids_per_gpu: int = 32
 
     def __post_init__(self) -> None:
-        for name in ("window_ms", "incident_gap_ms", "retry_streak_gap_ms", "max_xids_per_gpu"):
-            _positive_int(name, getattr(self, name))
+        check_ints(self, "window_ms", "incident_gap_ms", "retry_streak_gap_ms", "max_xids_per_gpu")
         if self.incident_gap_ms >= self.window_ms:
             raise ValueError("incident_gap_ms must be shorter than window_ms")
         if not isinstance(self.retry_backoff_ms, tuple) or not self.retry_backoff_ms:
             raise ValueError("retry_backoff_ms must be a non-empty tuple of ms")
-        for value in self.retry_backoff_ms:
-            _positive_int("retry_backoff_ms", value)
+        if not all(is_int(v) and v >= 1 for v in self.retry_backoff_ms):
+            raise ValueError(f"retry_backoff_ms must be ints >= 1, got {self.retry_backoff_ms!r}")
         if not is_action(self.repeated_reset_action):
             raise ValueError(f"unknown repeated_reset_action {self.repeated_reset_action!r}")
 
@@ -76,11 +76,6 @@ class EscalationParams:
     def memory_ms(self) -> int:
         """How long a quiet GPU's state can still change a decision."""
         return max(self.window_ms, self.retry_streak_gap_ms, self.incident_gap_ms)
-
-
-def _positive_int(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
 
 
 def _known_action(action: str, where: str) -> None:
@@ -121,12 +116,14 @@ class XidDecision(JsonState):
 
 
 @dataclass
-class _GpuHistory:
-    """One GPU's escalation memory: plain ints and strings, serialised by ``to_dict``."""
+class _GpuHistory(JsonState):
+    """One GPU's escalation memory (persisted as is, one entry per GPU)."""
 
+    node: str
+    gpu: str
     incident_start_ms: int
     incident_last_ms: int
-    action: str = "IGNORE"
+    action: str = field(default="IGNORE", metadata=_ACTION)
     severity: Severity = "info"
     escalated: bool = False
     cause_xid: int = 0
@@ -135,9 +132,20 @@ class _GpuHistory:
     retry_counted: bool = False
     retry_after_ms: int | None = None
     reset_before_ms: int | None = None  # start of the latest earlier reset-class incident
-    seen_before: dict[int, int] = field(default_factory=dict)  # xid → start of earlier incident
+    # xid → start of an earlier incident
+    seen_before: dict[int, int] = field(default_factory=dict, metadata=pairs(int, int))
     retry_streak: int = 0
     last_retry_ms: int | None = None  # start of the latest RESTART_APP incident
+
+
+@dataclass(frozen=True)
+class _EscalatorState(JsonState):
+    """What an :class:`XidEscalator` persists: every GPU's history, in (node, gpu) order."""
+
+    gpus: tuple[_GpuHistory, ...] = ()
+
+    VERSION = ("version", 1)
+    LABEL = "XID escalation state"
 
 
 class XidEscalator:
@@ -168,7 +176,7 @@ class XidEscalator:
         key = (event.node, event.gpu)
         hist = self._gpus.get(key)
         if hist is None or ts - hist.incident_last_ms > p.incident_gap_ms:
-            hist = self._open_incident(hist, ts)
+            hist = self._open_incident(key, hist, ts)
             self._gpus[key] = hist
 
         action, severity, escalated, reason = self._candidate(entry, event, hist, ts)
@@ -224,9 +232,9 @@ class XidEscalator:
             text=entry.text,
         )
 
-    def _open_incident(self, old: _GpuHistory | None, ts: int) -> _GpuHistory:
+    def _open_incident(self, key: tuple[str, str], old: _GpuHistory | None, ts: int) -> _GpuHistory:
         p = self.params
-        new = _GpuHistory(incident_start_ms=ts, incident_last_ms=ts)
+        new = _GpuHistory(*key, incident_start_ms=ts, incident_last_ms=ts)
         if old is None:
             return new
         new.reset_before_ms = old.incident_start_ms if old.reset else old.reset_before_ms
@@ -300,29 +308,7 @@ class XidEscalator:
         return [self.decide(e) for e in events]
 
     def to_dict(self) -> dict[str, Any]:
-        gpus = []
-        for (node, gpu), h in sorted(self._gpus.items()):
-            gpus.append(
-                {
-                    "node": node,
-                    "gpu": gpu,
-                    "incident_start_ms": h.incident_start_ms,
-                    "incident_last_ms": h.incident_last_ms,
-                    "action": h.action,
-                    "severity": h.severity,
-                    "escalated": h.escalated,
-                    "cause_xid": h.cause_xid,
-                    "reset": h.reset,
-                    "xids": list(h.xids),
-                    "retry_counted": h.retry_counted,
-                    "retry_after_ms": h.retry_after_ms,
-                    "reset_before_ms": h.reset_before_ms,
-                    "seen_before": sorted([x, t] for x, t in h.seen_before.items()),
-                    "retry_streak": h.retry_streak,
-                    "last_retry_ms": h.last_retry_ms,
-                }
-            )
-        return {"version": 1, "gpus": gpus}
+        return _EscalatorState(tuple(h for _, h in sorted(self._gpus.items()))).to_dict()
 
     @classmethod
     def from_dict(
@@ -331,35 +317,9 @@ class XidEscalator:
         catalog: XidCatalog,
         params: EscalationParams | None = None,
     ) -> XidEscalator:
-        if data.get("version") != 1:
-            raise ValueError(f"unsupported XID escalation state version {data.get('version')!r}")
         esc = cls(catalog, params)
-        for row in data.get("gpus", ()):
-            action_rank(row["action"])
-            severity = row["severity"]
-            if severity not in SEVERITY_RANK:
-                raise ValueError(f"unknown severity in XID escalation state: {severity!r}")
-            esc._gpus[(str(row["node"]), str(row["gpu"]))] = _GpuHistory(
-                incident_start_ms=int(row["incident_start_ms"]),
-                incident_last_ms=int(row["incident_last_ms"]),
-                action=row["action"],
-                severity=severity,
-                escalated=bool(row["escalated"]),
-                cause_xid=int(row["cause_xid"]),
-                reset=bool(row["reset"]),
-                xids=[int(x) for x in row["xids"]],
-                retry_counted=bool(row["retry_counted"]),
-                retry_after_ms=_opt_int(row.get("retry_after_ms")),
-                reset_before_ms=_opt_int(row.get("reset_before_ms")),
-                seen_before={int(x): int(t) for x, t in row.get("seen_before", ())},
-                retry_streak=int(row["retry_streak"]),
-                last_retry_ms=_opt_int(row.get("last_retry_ms")),
-            )
+        esc._gpus = {(h.node, h.gpu): h for h in _EscalatorState.from_dict(data).gpus}
         return esc
-
-
-def _opt_int(value: Any) -> int | None:
-    return None if value is None else int(value)
 
 
 def _describe(entry: XidEntry, catalog: XidCatalog) -> str:

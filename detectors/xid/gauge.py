@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from detectors.state_codec import JsonState, check
 from detectors.xid.events import XidEvent
 
 __all__ = ["XidGaugeParams", "XidGaugeTracker"]
@@ -109,27 +110,42 @@ class XidGaugeTracker:
         return len(stale)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "version": 1,
-            "series": [
-                {"node": n, "gpu": g, "value": v, "ts_ms": ts}
-                for (n, g), (v, ts) in sorted(self._last.items())
-            ],
-        }
+        series = tuple(_Sample(n, g, v, ts) for (n, g), (v, ts) in sorted(self._last.items()))
+        return _GaugeState(series).to_dict()
 
     @classmethod
     def from_dict(
         cls, data: Mapping[str, Any], params: XidGaugeParams | None = None
     ) -> XidGaugeTracker:
-        if data.get("version") != 1:
-            raise ValueError(f"unsupported XID gauge state version {data.get('version')!r}")
         tracker = cls(params)
-        for row in data.get("series", ()):
-            value, ts = int(row["value"]), int(row["ts_ms"])
-            if value < 0:
-                raise ValueError(f"negative XID gauge value in state: {row!r}")
-            tracker._last[(str(row["node"]), str(row["gpu"]))] = (value, ts)
+        for s in _GaugeState.from_dict(data).series:
+            tracker._last[(s.node, s.gpu)] = (s.value, s.ts_ms)
         return tracker
+
+
+def _non_negative(value: int, where: str) -> None:
+    if value < 0:
+        raise ValueError(f"negative XID gauge value in state: {where} = {value}")
+
+
+@dataclass(frozen=True)
+class _Sample(JsonState):
+    """One GPU's last gauge reading."""
+
+    node: str
+    gpu: str
+    value: int = field(metadata=check(_non_negative))
+    ts_ms: int
+
+
+@dataclass(frozen=True)
+class _GaugeState(JsonState):
+    """What an :class:`XidGaugeTracker` persists: the last reading per GPU, in (node, gpu) order."""
+
+    series: tuple[_Sample, ...] = ()
+
+    VERSION = ("version", 1)
+    LABEL = "XID gauge state"
 
 
 def _gauge_code(value: object) -> int | None:
