@@ -90,6 +90,7 @@ from river import stats
 
 from detectors.arrays import BoolArray, FloatArray
 from detectors.checks import check_ints, check_reals, is_int
+from detectors.state_codec import decode_array, encode_array
 
 __all__ = ["GroupModel", "MultivariateParams"]
 
@@ -441,19 +442,12 @@ class GroupModel:
 
 
 def _encode(a: FloatArray) -> str:
-    return base64.b64encode(np.ascontiguousarray(a, dtype="<f8").tobytes()).decode("ascii")
+    return encode_array(a, "<f8")
 
 
 def _decode(text: Any, size: int, name: str) -> FloatArray:
-    if not isinstance(text, str):
-        raise ValueError(f"GroupModel.{name} must be a base64 string")
-    try:
-        raw = base64.b64decode(text.encode("ascii"), validate=True)
-    except (ValueError, UnicodeEncodeError):
-        raise ValueError(f"GroupModel.{name} is not valid base64") from None
-    if len(raw) != size * 8:
-        raise ValueError(f"GroupModel.{name} has {len(raw)} bytes, expected {size * 8}")
-    return np.frombuffer(raw, dtype="<f8").astype(np.float64)
+    decoded: FloatArray = decode_array(text, "<f8", (size,), f"GroupModel.{name}")
+    return decoded
 
 
 def _pickle_sketch(q: stats.Quantile) -> str:

@@ -68,25 +68,35 @@ def ndarray(
     """``field(metadata=ndarray("<f8", shape_of))``: a numpy array as base64 of its bytes in
     ``dtype`` (no pickle), read back in native order with the shape ``shape_of(data, where)``
     gives from the persisted object (e.g. its name lists' lengths)."""
-    wire = np.dtype(dtype)
 
     def encode(a: Any) -> str:
-        return base64.b64encode(np.ascontiguousarray(a, dtype=wire).tobytes()).decode("ascii")
+        return encode_array(a, dtype)
 
     def decode(text: Any, where: str, shape: tuple[int, ...]) -> Any:
-        if not isinstance(text, str):
-            raise ValueError(f"{where} must be a base64 string")
-        try:
-            raw = base64.b64decode(text.encode("ascii"), validate=True)
-        except (ValueError, UnicodeEncodeError):
-            raise ValueError(f"{where} is not valid base64") from None
-        expected = math.prod(shape) * wire.itemsize
-        if len(raw) != expected:
-            raise ValueError(f"{where} has {len(raw)} bytes, expected {expected}")
-        # A private, writable, native-order copy (frombuffer alone would alias read-only bytes).
-        return np.frombuffer(raw, dtype=wire).reshape(shape).astype(wire.newbyteorder("="))
+        return decode_array(text, dtype, shape, where)
 
     return {_HOOK: Hook(encode, decode, shape_of)}  # type: ignore[arg-type]
+
+
+def encode_array(a: Any, dtype: str) -> str:
+    """Base64 of ``a``'s bytes as ``dtype`` (e.g. ``"<f8"``: little-endian whatever the host)."""
+    return base64.b64encode(np.ascontiguousarray(a, dtype=dtype).tobytes()).decode("ascii")
+
+
+def decode_array(text: Any, dtype: str, shape: tuple[int, ...], where: str) -> Any:
+    """:func:`encode_array`'s output back as a ``shape`` array; ``ValueError`` if malformed."""
+    wire = np.dtype(dtype)
+    if not isinstance(text, str):
+        raise ValueError(f"{where} must be a base64 string")
+    try:
+        raw = base64.b64decode(text.encode("ascii"), validate=True)
+    except (ValueError, UnicodeEncodeError):
+        raise ValueError(f"{where} is not valid base64") from None
+    expected = math.prod(shape) * wire.itemsize
+    if len(raw) != expected:
+        raise ValueError(f"{where} has {len(raw)} bytes, expected {expected}")
+    # A private, writable, native-order copy (frombuffer alone would alias read-only bytes).
+    return np.frombuffer(raw, dtype=wire).reshape(shape).astype(wire.newbyteorder("="))
 
 
 def check(validate: Callable[[Any, str], None]) -> dict[str, Any]:
