@@ -228,12 +228,19 @@ class ChunkedSource:
     what = "history"
 
     def __init__(
-        self, client: HistoryClient, selector: str, step_ms: int, chunk_ms: int = 3_600_000
+        self,
+        client: HistoryClient,
+        selector: str,
+        step_ms: int,
+        chunk_ms: int = 3_600_000,
+        *,
+        asked: str | None = None,
     ) -> None:
         if step_ms <= 0 or chunk_ms < step_ms:
             raise ValueError("need 0 < step_ms <= chunk_ms")
         self.client = client
-        self.selector = selector
+        self.selector = selector  # what is sent
+        self.asked = selector if asked is None else asked  # the operator's, for the report
         self.step_ms = step_ms
         self.chunk_ms = chunk_ms
 

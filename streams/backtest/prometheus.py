@@ -63,9 +63,15 @@ class PrometheusSource(ChunkedSource):
     what = "Prometheus"
 
     def __init__(
-        self, client: HistoryClient, selector: str, step_ms: int, chunk_ms: int = 3_600_000
+        self,
+        client: HistoryClient,
+        selector: str,
+        step_ms: int,
+        chunk_ms: int = 3_600_000,
+        *,
+        asked: str | None = None,
     ) -> None:
-        super().__init__(client, selector, step_ms, chunk_ms)
+        super().__init__(client, selector, step_ms, chunk_ms, asked=asked)
         if chunk_ms // step_ms > MAX_POINTS:
             raise ValueError(f"a chunk of more than {MAX_POINTS} steps is refused by Prometheus")
 

@@ -127,7 +127,7 @@ def open_source(
     )
     narrowed = series_selector(selector, catalog_metric_names(features_for(settings)))
     try:
-        return source(client, narrowed, settings.bucket_ms, chunk_ms)
+        return source(client, narrowed, settings.bucket_ms, chunk_ms, asked=selector.strip())
     except ValueError as exc:  # a chunk shorter than a bucket, or too many steps for one query
         raise BadRange(str(exc)) from None
 
@@ -151,7 +151,14 @@ def backtest_to(
             on_chunk=lambda end_ms: advance(f"to {iso_time(end_ms)}"),
         )
     result = accumulator.result()
-    result["run"] = {"source": source.what, "selector": source.selector, **asdict(stats)}
+    result["run"] = {
+        "source": source.what,
+        "url": source.client.base_url,  # without userinfo
+        "selector": source.asked or "{}",
+        "query": source.selector,  # narrowed to the catalog's metrics
+        "range": {"start_ms": time_range.start_ms, "end_ms": time_range.end_ms},
+        **asdict(stats),
+    }
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "report.json").write_text(json.dumps(result, indent=1, allow_nan=False) + "\n")
     (out_dir / "report.html").write_text(render_html(result), encoding="utf-8")

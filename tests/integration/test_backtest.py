@@ -159,6 +159,7 @@ def test_backtest_from_victoriametrics_alerts_the_nvlink_node_by_its_xid(
     _found_the_fault(report, history)
     assert report["buckets"] >= 115  # an hour of 30-s buckets, the job's restart aside
     assert report["run"]["series"] == len(history.series)
+    assert report["run"]["selector"] == f'{{cluster="{CLUSTER}"}}'
     page = (tmp_path / "report.html").read_text()
     assert page.startswith("<!DOCTYPE html>") and FAULT_NODE in page
     assert "known events found 1/1" in done.stderr
