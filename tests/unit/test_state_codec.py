@@ -5,16 +5,25 @@ from __future__ import annotations
 import importlib
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import pytest
 
 from detectors.gpu_health import GpuHealthParams
 from detectors.multivariate import MultivariateParams
 from detectors.remap import RemapParams
-from detectors.state_codec import FINITE, from_data, to_data
+from detectors.state_codec import (
+    FINITE,
+    SORTED_KEYS,
+    JsonState,
+    from_data,
+    ndarray,
+    pairs,
+    to_data,
+)
 from detectors.xid.escalation import EscalationParams
 from detectors.xid.gauge import XidGaugeParams
 from streams.catalog import load_xid_catalog
@@ -143,3 +152,66 @@ def test_every_captured_state_restores_and_writes_the_same_bytes(spec: str) -> N
     for data in samples:
         again = rebuild(data).to_dict()
         assert json.dumps(again, allow_nan=False) == json.dumps(data, allow_nan=False)
+
+
+def _shape(data: Mapping[str, Any], where: str) -> tuple[int, ...]:
+    return (len(data["names"]),)
+
+
+@dataclass(frozen=True)
+class Versioned(JsonState):
+    names: tuple[str, ...] = ()
+    values: Any = field(default=None, metadata=ndarray("<f8", _shape))
+    members: frozenset[str] = frozenset()
+    seen: dict[int, int] = field(default_factory=dict, metadata=pairs(int, int))
+    counts: dict[str, int] = field(default_factory=dict, metadata=SORTED_KEYS)
+
+    VERSION = ("version", 2)
+    LEGACY_VERSIONS = (1,)
+    KEY_ORDER = ("version", "size", "names", "values", "members", "seen", "counts")
+
+    @property
+    def size(self) -> int:
+        return len(self.names)
+
+    @classmethod
+    def upgrade(cls, data: Mapping[str, Any], version: int) -> Mapping[str, Any]:
+        return {"names": data["old_names"], "values": data["values"]}
+
+    def restored(self) -> Versioned:
+        return replace(self, counts={k: v for k, v in self.counts.items() if v > 0})
+
+
+def test_version_key_order_arrays_sets_and_pairs_round_trip() -> None:
+    value = Versioned(("a", "b"), np.array([1.5, -2.0]), frozenset({"y", "x"}), {3: 4, 1: 2},
+                      {"z": 1, "a": 2})  # fmt: skip
+    data = json.loads(json.dumps(to_data(value)))
+    assert list(data) == ["version", "size", "names", "values", "members", "seen", "counts"]
+    assert data["version"] == 2 and data["size"] == 2
+    assert data["members"] == ["x", "y"] and data["seen"] == [[1, 2], [3, 4]]
+    assert list(data["counts"]) == ["a", "z"]
+    back = Versioned.from_dict(data)
+    assert back.values.tolist() == [1.5, -2.0] and back.seen == {1: 2, 3: 4}
+    assert to_data(back) == data
+
+
+def test_an_older_version_is_upgraded_and_a_restored_state_tidied() -> None:
+    old = {"version": 1, "old_names": ["a"], "values": to_data(Versioned(("a",), [7.0]))["values"]}
+    assert Versioned.from_dict(old).names == ("a",)
+    assert Versioned.from_dict({"version": 2, "counts": {"a": 0, "b": 1}}).counts == {"b": 1}
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"version": 3}, r"unsupported Versioned version 3 \(expected 2\)"),
+        ({"version": True}, "unsupported Versioned version True"),
+        ({"version": 2, "names": ["a"], "values": "!!"}, "Versioned.values is not valid base64"),
+        ({"version": 2, "names": ["a"], "values": 5}, "Versioned.values must be a base64 string"),
+        ({"version": 2, "names": ["a", "b"], "values": "AAAAAAAA8D8="}, "has 8 bytes, expected 16"),
+        ({"version": 2, "seen": [[1, 2, 3]]}, r"Versioned.seen\[0\] must have 2 items"),
+    ],
+)
+def test_malformed_versioned_state_is_a_value_error(data: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Versioned.from_dict(data)  # type: ignore[arg-type]
