@@ -8,6 +8,7 @@ Errors (each one line for the CLI, never with a secret in it)::
     ├── BadSelector       not a ``{label matchers}`` selector
     ├── SourceUnreachable no connection, or no answer within the timeout
     ├── SourceRejected    the server answered an error (HTTP status, or an error body)
+    │   └── SourceBusy    ... a 5xx: a chunk is retried on it, as on SourceUnreachable
     └── NoSeries          the selector matches no series the catalog reads in the range
 
 A chunk (an hour or two of history) is fetched at once and cut into rounds one
@@ -19,10 +20,12 @@ the chunk's first half as late.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
+import time
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -33,6 +36,8 @@ from pydantic import SecretStr
 
 from streams.ingest.series import Series
 from streams.sinks.credentials import BearerAuth, without_userinfo
+
+log = logging.getLogger("peerwatch.backtest")
 
 # (labels, timestamps in ms ascending, values) of one series, as a source parsed it
 ParsedSeries = tuple[dict[str, str], list[int], list[float]]
@@ -57,6 +62,10 @@ class SourceUnreachable(BacktestError):
 
 
 class SourceRejected(BacktestError):
+    pass
+
+
+class SourceBusy(SourceRejected):
     pass
 
 
@@ -259,14 +268,33 @@ class ChunkedSource:
         raise NotImplementedError
 
 
+CHUNK_RETRY_WAITS_S = (2.0, 8.0, 30.0)  # a server restarting, a proxy's 503: minutes, not days
+
+
 def history_rounds(
-    source: HistorySource, time_range: TimeRange, intern: LabelInterner | None = None
+    source: HistorySource,
+    time_range: TimeRange,
+    intern: LabelInterner | None = None,
+    retry_waits_s: Sequence[float] = CHUNK_RETRY_WAITS_S,
 ) -> Iterator[Round]:
     """Every round of ``time_range`` in time order, fetched a chunk at a time: memory holds
-    one chunk, whatever the range."""
+    one chunk, whatever the range. A chunk the server could not give (unreachable, 5xx) is
+    asked again after each of ``retry_waits_s``: a 55-day run does not die of one 503. A
+    chunk is parsed whole before its first round goes out, so a retry repeats nothing."""
     intern = intern if intern is not None else LabelInterner()
     for lo, hi in time_range.chunks(source.chunk_ms):
-        yield from rounds_of(source.chunk(lo, hi), lo, hi, source.step_ms, intern)
+        for wait in (*retry_waits_s, None):
+            try:
+                rounds = rounds_of(source.chunk(lo, hi), lo, hi, source.step_ms, intern)
+                break
+            except (SourceUnreachable, SourceBusy) as exc:
+                if wait is None:
+                    raise
+                log.warning(
+                    "history_chunk_retry start=%s wait_s=%.0f error=%s", iso_time(lo), wait, exc
+                )
+                time.sleep(wait)
+        yield from rounds
 
 
 def as_float(value: Any) -> float:
@@ -316,7 +344,8 @@ class HistoryClient:
             with self._client.stream("GET", path, params=params) as response:
                 if response.status_code >= 400:
                     body = response.read().decode("utf-8", "replace")
-                    raise SourceRejected(
+                    error = SourceBusy if response.status_code >= 500 else SourceRejected
+                    raise error(
                         f"{self.what} at {self.base_url} answered HTTP {response.status_code} "
                         f"to {path}: {_one_line(body)}"
                     )

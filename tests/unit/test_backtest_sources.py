@@ -309,3 +309,32 @@ def test_bearer_token_is_sent_per_request_and_never_shown() -> None:
     VictoriaMetricsSource(client, "{}", 30_000).count_series(TimeRange(T0, T0 + 30_000))
     assert server.requests[0].headers["Authorization"] == "Bearer tok-5c1e"
     assert "tok-5c1e" not in repr(client._client.auth)
+
+
+def test_a_chunk_the_server_could_not_give_is_asked_again() -> None:
+    answers = iter([httpx.Response(503, text="restarting"), None])
+
+    def flaky(request: httpx.Request) -> httpx.Response:
+        return next(answers) or _vm_export(request)
+
+    server = _Server(flaky)
+    source = VictoriaMetricsSource(server.client("VictoriaMetrics"), "{}", 30_000, 60_000)
+    rounds = list(history_rounds(source, TimeRange(T0, T0 + 60_000), retry_waits_s=(0.0,)))
+    assert len(server.requests) == 2
+    assert [len(series) for _, series in rounds] == [2, 2]  # each sample once
+
+
+def test_a_chunk_still_refused_after_the_retries_is_the_error() -> None:
+    server = _Server(lambda r: httpx.Response(502, text="bad gateway"))
+    source = VictoriaMetricsSource(server.client("VictoriaMetrics"), "{}", 30_000, 60_000)
+    with pytest.raises(SourceRejected, match="HTTP 502"):
+        list(history_rounds(source, TimeRange(T0, T0 + 60_000), retry_waits_s=(0.0, 0.0)))
+    assert len(server.requests) == 3
+
+
+def test_a_4xx_is_not_retried() -> None:
+    server = _Server(lambda r: httpx.Response(400, text="cannot parse"))
+    source = VictoriaMetricsSource(server.client("VictoriaMetrics"), "{}", 30_000, 60_000)
+    with pytest.raises(SourceRejected, match="HTTP 400"):
+        list(history_rounds(source, TimeRange(T0, T0 + 60_000), retry_waits_s=(0.0,)))
+    assert len(server.requests) == 1
