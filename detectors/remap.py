@@ -101,6 +101,7 @@ import numpy as np
 import numpy.typing as npt
 
 from detectors.arrays import FloatArray
+from detectors.checks import is_int
 from detectors.state_codec import JsonState
 from detectors.vocabulary import AlertSeverity
 
@@ -138,10 +139,6 @@ _ACTION: Mapping[Kind, Action] = {
     "pending": "RESET_GPU",
     "creep": "CONTACT_SUPPORT",
 }
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int | np.integer) and not isinstance(value, bool)
 
 
 def _finite(value: float) -> bool:
@@ -187,7 +184,7 @@ class RemapParams:
     def __post_init__(self) -> None:
         for name in ("step_ms", "window_ms", "recent_ms", "horizon_ms", "hold_ms",
                      "concerning_rows", "limit_rows", "min_rising_steps"):  # fmt: skip
-            if not _is_int(getattr(self, name)):
+            if not is_int(getattr(self, name)):
                 raise ValueError(f"{name} must be an int, got {getattr(self, name)!r}")
         if self.step_ms < 1:
             raise ValueError(f"step_ms must be >= 1, got {self.step_ms}")
