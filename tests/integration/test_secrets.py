@@ -3,7 +3,8 @@ error paths, and the marker is in nothing it printed, logged, answered or served
 
 The secrets are every ``SecretStr`` setting (``secret_setting_names``: a secret added later is
 covered without touching this test) plus a password in the Alertmanager URL. The commands:
-``settings`` (the dump, and its validation errors), ``prometheus-config``, ``ingest`` over TLS
+``settings`` (the dump, and its validation errors), ``prometheus-config``, ``backtest`` against
+a server that is not there, ``ingest`` over TLS
 without Kafka (refused and accepted writes), ``worker`` without Kafka, and with Kafka
 delivering to an Alertmanager that refuses the credentials and to a Grafana that is not
 there, and ``xid-log`` without Kafka.
@@ -107,6 +108,14 @@ def test_xid_log_without_kafka_fails_without_a_secret() -> None:
     env = {**marked(), "PEERWATCH_KAFKA": f"kafka://127.0.0.1:{free_port()}"}
     status, output = peerwatch(["xid-log", "--node=gpu1", "--group=g"], env, stdin=LOG_LINE)
     assert status != 0 and "KafkaConnectionError" in output
+    assert_clean(output)
+
+
+def test_backtest_against_an_unreachable_server_fails_without_a_secret(tmp_path: Path) -> None:
+    url = f"http://peerwatch:{MARKER}@127.0.0.1:{free_port()}"  # a password in the URL too
+    args = ["--log-level=debug", "backtest", "--source=victoriametrics", f"--url={url}"]
+    status, output = peerwatch([*args, "--start=now-1h", f"--out={tmp_path}"], marked())
+    assert status != 0 and "SourceUnreachable" in output
     assert_clean(output)
 
 
