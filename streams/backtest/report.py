@@ -275,6 +275,9 @@ def _groups(result: Mapping[str, Any]) -> list[str]:
         else:
             out.append('<p class="muted">No alert fired in this group.</p>')
     out.append("<h3>Alert timeline</h3>")
+    if not result["alerts"]:
+        out.append('<p class="muted">No alert fired.</p>')
+        return out
     out.append(
         _table(
             ("group", "alert", "node", "severity", "fired (UTC)", "resolved (UTC)", "firings"),

@@ -77,6 +77,8 @@ def test_an_empty_backtest_still_renders() -> None:
     page = render_html(Accumulator([], B).result())
     assert "no buckets scored" in page
     assert "No known events were given." in page
+    assert "No alert fired." in page
+    assert "<th>fired (UTC)</th>" not in page  # no empty alert table
 
 
 def test_a_timeline_of_more_rows_than_it_draws_says_so() -> None:
