@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
 # Build wheels in one stage, install them into a slim runtime as a non-root user.
-# The default target is the service (ingest, worker, xid-log): streams/lab (simulator,
+# The default target is the service (ingest, worker, xid-log, backtest with its HTML
+# report, hence matplotlib: the plot extra): streams/lab (simulator,
 # evaluation, demo, launchers) is left out of its wheel. `--target lab` adds the lab
 # (the compose stack's simulator uses it).
 FROM python:3.11-slim AS build
@@ -16,7 +17,7 @@ COPY streams ./streams
 COPY detectors ./detectors
 COPY native ./native
 RUN cp -r /src /service && rm -rf /service/streams/lab \
-    && pip wheel --no-cache-dir --wheel-dir /wheels /service ./native \
+    && pip wheel --no-cache-dir --wheel-dir /wheels "/service[plot]" ./native \
     && pip wheel --no-cache-dir --no-deps --wheel-dir /lab-wheels .
 
 FROM python:3.11-slim AS runtime
