@@ -271,7 +271,7 @@ def test_prometheus_chunk_past_its_point_limit_is_refused() -> None:
 
 def test_series_check_counts_what_matches() -> None:
     def answer(request: httpx.Request) -> httpx.Response:
-        assert request.url.path == "/api/v1/series"
+        assert request.url.path == "/api/v1/series" and request.url.params["limit"] == "1"
         data = [{"__name__": "a"}] if '"a"' in request.url.params["match[]"] else []
         return httpx.Response(200, json={"status": "success", "data": data})
 
