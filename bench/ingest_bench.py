@@ -19,9 +19,18 @@ the current code on the same input in this process, interleaved, the median of
   (as the ingest runs it) and without;
 - ``native decode (+ add)``: the pure-Python decoder vs the compiled one
   (``native/``), each with ``FrameBuilder``;
+- ``columns``: the compiled decoder's ``Series`` (``decode`` + ``add``) vs its
+  columns (``decode_batch`` + ``add_batch``, what the ingest runs);
 - ``library limit``: the yardstick of issue 12 -- snappy + upb
   ``ParseFromString`` of the same bodies into the prompb classes, and the same
   plus a Python walk of every label and sample (no decoder does less work);
+- ``naive design``: the other yardstick of issue 12 -- one message per sample in
+  prometheus-kafka-adapter's JSON (name, labels, value as a string, RFC 3339 time,
+  here with milliseconds so the frames are the same) handled one at a time as a plain
+  Faust agent would (orjson decode, parse the time, ``add`` one series), measured in
+  this process on the consumer's CPU only: no Kafka, no producer, no adapter (a real
+  broker run of 400,000 messages per round is beyond this 2-core machine); against
+  the columns path;
 - ``prefilter``: decode (+ add) unfiltered vs with the prefilter; the simulator
   emits few series no feature reads (~20 %, a real node_exporter ~95 %), so
   this says what the prefilter costs on series it lets through.
@@ -40,10 +49,12 @@ import dataclasses
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
 import cramjam
+import orjson
 
 from bench.baseline_frames import BaselineFrameBuilder
 from streams.frames import Frame
@@ -148,6 +159,80 @@ def run_bodies(
     if native:
         assert decoder.fallback_bodies == 0, "the compiled decoder left bodies to Python"
     return spent
+
+
+def run_batches(
+    settings: Settings,
+    bodies: list[tuple[int, list[bytes], int]],
+    prefilter: bool,
+    add: bool = True,
+) -> float:
+    """``run_bodies`` with the compiled decoder's columns: ``decode_batch`` (+ ``add_batch``)."""
+    builder = make_builder(FrameBuilder, settings)
+    decoder = WriteRequestDecoder(
+        metric_names=builder.metric_names if prefilter else None, native=True
+    )
+    spent = 0.0
+    for i, (t_ms, requests, _) in enumerate(bodies):
+        started = time.process_time()
+        now_s = t_ms / 1000.0
+        for body in requests:
+            batch = decoder.decode_batch(body)
+            if add:
+                builder.add_batch(batch, now_s=now_s)
+        if i:
+            spent += time.process_time() - started
+    assert decoder.fallback_bodies == 0, "the compiled decoder left bodies to Python"
+    return spent
+
+
+def adapter_messages(rounds: list[Round]) -> list[tuple[int, list[bytes]]]:
+    """Each round as prometheus-kafka-adapter's messages: one JSON object per sample."""
+
+    def message(labels: dict[str, str], ts: int, value: float) -> bytes:
+        time_text = datetime.fromtimestamp(ts / 1000, UTC).isoformat(timespec="milliseconds")
+        return orjson.dumps(
+            {
+                "timestamp": time_text.replace("+00:00", "Z"),
+                "value": repr(float(value)),
+                "name": labels.get("__name__", ""),
+                "labels": labels,
+            }
+        )
+
+    return [
+        (t, [message(s.labels, ts, v) for s in series for ts, v in s.samples])
+        for t, series in rounds
+    ]
+
+
+def run_naive(
+    settings: Settings, messages: list[tuple[int, list[bytes]]]
+) -> tuple[float, list[Frame]]:
+    """CPU seconds of a plain agent over messages[1:]: decode each, ``add`` it alone."""
+    builder = make_builder(FrameBuilder, settings)
+    spent = 0.0
+    frames: list[Frame] = []
+    for i, (t_ms, batch) in enumerate(messages):
+        started = time.process_time()
+        now_s = t_ms / 1000.0
+        for raw in batch:
+            m = orjson.loads(raw)
+            ts = round(datetime.fromisoformat(m["timestamp"]).timestamp() * 1000)
+            builder.add([Series(m["labels"], [(ts, float(m["value"]))])], now_s=now_s)
+        frames += builder.close_due_by_watermark(now_s=now_s, idle_s=60.0)
+        if i:
+            spent += time.process_time() - started
+    return spent, frames + builder.flush_all()
+
+
+def closed_and_flushed(settings: Settings, rounds: list[Round]) -> list[Frame]:
+    """``run_naive``'s frames, from ``FrameBuilder.add`` of each round's series."""
+    builder = make_builder(FrameBuilder, settings)
+    frames: list[Frame] = []
+    for t_ms, series in rounds:
+        frames += feed(builder, t_ms, series, True)
+    return frames + builder.flush_all()
 
 
 def run_library_limit(bodies: list[tuple[int, list[bytes], int]], walk: bool) -> float:
@@ -262,6 +347,30 @@ def main(argv: Sequence[str] | None = None) -> None:
                 args.repeat,
             )
             rows.append((label, "Python decoder", a, "native", b))
+        for label, prefilter in (
+            ("columns decode + add, prefiltered", True),
+            ("columns decode + add, unfiltered", False),
+        ):
+            a, b = best_pair(
+                partial(run_bodies, FrameBuilder, settings, bodies, prefilter, True),
+                partial(run_batches, settings, bodies, prefilter),
+                args.repeat,
+            )
+            rows.append((label, "native Series", a, "columns", b))
+        a, b = best_pair(
+            partial(run_bodies, None, settings, bodies, False, True),
+            partial(run_batches, settings, bodies, False, False),
+            args.repeat,
+        )
+        rows.append(("columns decode alone, unfiltered", "native Series", a, "columns", b))
+        best = partial(run_batches, settings, bodies, False)
+        messages = adapter_messages(rounds)
+        a, b = best_pair(lambda: run_naive(settings, messages)[0], best, args.repeat)
+        rows.append(("naive design (in-process)", "msg per sample", a, "columns", b))
+        a, b = best_pair(partial(run_library_limit, bodies, False), best, args.repeat)
+        rows.append(("library limit vs columns", "snappy + upb", a, "columns", b))
+        a, b = best_pair(partial(run_library_limit, bodies, True), best, args.repeat)
+        rows.append(("library limit + walk vs columns", "upb + walk", a, "columns", b))
     a, b = best_pair(
         partial(run_library_limit, bodies, False),
         partial(run_library_limit, bodies, True),
@@ -276,13 +385,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     for label, base_name, base_s, new_name, new_s in rows:
         base_rate, new_rate = samples / base_s, samples / new_s
         mark = ""
-        if "decode + add," in label:
+        if "decode + add," in label or label.endswith("vs columns") or "naive" in label:
             mark = "  (target met)" if new_rate >= TARGET_SAMPLES_PER_S else "  (below target)"
         print(
             f"{label:<33} {base_name:<17} {base_rate:>10,.0f}   {new_name:<13} {new_rate:>10,.0f}"
             f"  {base_s / new_s:5.2f}x{mark}"
         )
 
+    naive_frames = run_naive(settings, adapter_messages(rounds))[1]
+    same = frames_equal(naive_frames, closed_and_flushed(settings, rounds))
+    verdict = "identical to" if same else "DIFFERENT from"
+    print(f"naive design: {len(naive_frames):,} frames, {verdict} FrameBuilder's (same series)")
     _, base_frames = run_series(BaselineFrameBuilder, settings, rounds, True)
     _, new_frames = run_series(FrameBuilder, settings, rounds, True)
     same = frames_equal(base_frames, new_frames)

@@ -14,7 +14,7 @@
 use indexmap::IndexMap;
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyString, PyType};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyType};
 use rustc_hash::{FxBuildHasher, FxHashMap, FxHashSet};
 
 /// A body this decoder leaves to the reference decoder.
@@ -162,6 +162,14 @@ fn find_name_label(raw: &[u8]) -> Option<usize> {
     memchr::memchr_iter(NAME_LABEL[0], raw).find(|&at| raw[at..].starts_with(NAME_LABEL))
 }
 
+/// What a body decodes to: series (or label dicts), the columns if asked and possible,
+/// and the series the prefilter skipped.
+type Decoded<'py> = (
+    Bound<'py, PyList>,
+    Option<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>,
+    usize,
+);
+
 #[pyclass(module = "peerwatch_native")]
 struct Decoder {
     series_type: Py<PyType>,
@@ -221,7 +229,23 @@ impl Decoder {
         py: Python<'py>,
         body: &[u8],
     ) -> PyResult<Option<(Bound<'py, PyList>, usize)>> {
-        match self.decode_body(py, body) {
+        match self.decode_body(py, body, false) {
+            Ok(Ok((series, _, skipped))) => Ok(Some((series, skipped))),
+            Ok(Err(Unusual)) => Ok(None),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// `decode` in columns when every series has one sample (Prometheus' shape):
+    /// `(labels, (timestamps, values), skipped)` -- one label dict per series, the
+    /// samples as native-endian int64 and float64 bytes -- else `(series, None, skipped)`
+    /// as `decode` gives them; None: the reference decoder must take it.
+    fn decode_columns<'py>(
+        &mut self,
+        py: Python<'py>,
+        body: &[u8],
+    ) -> PyResult<Option<Decoded<'py>>> {
+        match self.decode_body(py, body, true) {
             Ok(Ok(done)) => Ok(Some(done)),
             Ok(Err(Unusual)) => Ok(None),
             Err(err) => Err(err),
@@ -240,7 +264,8 @@ impl Decoder {
         &mut self,
         py: Python<'py>,
         body: &[u8],
-    ) -> PyResult<Parse<(Bound<'py, PyList>, usize)>> {
+        columns: bool,
+    ) -> PyResult<Parse<Decoded<'py>>> {
         if body.is_empty() || body.starts_with(FRAMED_SNAPPY_MAGIC) || body.starts_with(GZIP_MAGIC)
         {
             return Ok(Err(Unusual));
@@ -257,7 +282,7 @@ impl Decoder {
         // SAFETY: plain C calls on the interpreter's collector state; the GIL is held.
         let was_enabled = unsafe { ffi::PyGC_Disable() } == 1;
         let out = match snap::raw::Decoder::new().decompress(body, &mut raw) {
-            Ok(n) if n == size => self.request(py, &raw),
+            Ok(n) if n == size => self.request(py, &raw, columns),
             _ => Ok(Err(Unusual)),
         };
         if was_enabled {
@@ -271,7 +296,8 @@ impl Decoder {
         &mut self,
         py: Python<'py>,
         raw: &[u8],
-    ) -> PyResult<Parse<(Bound<'py, PyList>, usize)>> {
+        columns: bool,
+    ) -> PyResult<Parse<Decoded<'py>>> {
         let mut spans = Vec::new();
         let mut pos = 0;
         while pos < raw.len() {
@@ -287,7 +313,10 @@ impl Decoder {
         if spans.len() > self.max_series_per_request {
             return Ok(Err(Unusual));
         }
-        let mut out = Vec::with_capacity(spans.len());
+        // every series' labels and (end of) its samples in one flat run
+        let mut labels = Vec::with_capacity(spans.len());
+        let mut ends = Vec::with_capacity(spans.len());
+        let mut samples: Vec<(i64, f64)> = Vec::with_capacity(spans.len());
         let mut skipped = 0;
         for raw in spans {
             if let Some(wanted) = &self.wanted {
@@ -299,7 +328,7 @@ impl Decoder {
             let Ok(parts) = timeseries(raw) else {
                 return Ok(Err(Unusual));
             };
-            let labels = match self.labels_of(py, &parts)? {
+            let dict = match self.labels_of(py, &parts)? {
                 Ok(Some(labels)) => labels,
                 Ok(None) => {
                     skipped += 1;
@@ -310,9 +339,30 @@ impl Decoder {
             if parts.samples.is_empty() {
                 continue; // no float sample: nothing peerwatch reads
             }
-            out.push(self.series(py, labels, &parts.samples)?);
+            samples.extend_from_slice(&parts.samples);
+            labels.push(dict);
+            ends.push(samples.len());
         }
-        Ok(Ok((PyList::new(py, out)?, skipped)))
+        if columns && samples.len() == labels.len() {
+            let ts: Vec<i64> = samples.iter().map(|s| s.0).collect();
+            let values: Vec<f64> = samples.iter().map(|s| s.1).collect();
+            // SAFETY: plain-old-data slices viewed as their bytes, alive for the copy
+            let (ts, values) = unsafe {
+                (
+                    std::slice::from_raw_parts(ts.as_ptr().cast::<u8>(), ts.len() * 8),
+                    std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), values.len() * 8),
+                )
+            };
+            let columns = (PyBytes::new(py, ts), PyBytes::new(py, values));
+            return Ok(Ok((PyList::new(py, labels)?, Some(columns), skipped)));
+        }
+        let mut out = Vec::with_capacity(labels.len());
+        let mut start = 0;
+        for (dict, end) in labels.into_iter().zip(ends) {
+            out.push(self.series(py, dict, &samples[start..end])?);
+            start = end;
+        }
+        Ok(Ok((PyList::new(py, out)?, None, skipped)))
     }
 
     /// The series' labels (cached by their bytes), or None if the prefilter does not want

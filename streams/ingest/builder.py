@@ -54,9 +54,11 @@ larger of its two values rather than the last.
 
 from __future__ import annotations
 
+import gc
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, cast
 
 from detectors.features import DEFAULT_BUCKET_MS, FeatureSpec, per_gpu_key
@@ -65,7 +67,7 @@ from streams.frames import Frame
 from streams.ingest.ha import HaTracker
 from streams.ingest.remote_write import is_stale_marker
 from streams.ingest.scrape_phase import ScrapePhases, ScrapeTarget
-from streams.ingest.series import Series
+from streams.ingest.series import SampleBatch, Series
 
 if TYPE_CHECKING:
     from streams.settings import Settings
@@ -272,6 +274,8 @@ _Resolved = tuple[
     tuple[str, str] | None,
 ]
 _NO_SLOTS: tuple[int, ...] = ()
+_LABELS_SAMPLES = attrgetter("labels", "samples")
+_Pair = tuple[dict[str, str], Sequence[tuple[int, float]]]  # a series' labels and samples
 _MAX_PENDING = 4096  # series a node in no group may hold for its bucket
 _NO_SCRAPE = ScrapeTarget()  # the scrape target of series that add nothing
 _Slots = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]
@@ -505,6 +509,31 @@ class FrameBuilder:
 
     def add(self, series: Iterable[Series], now_s: float | None = None) -> AddStats:
         """Account every sample; ``now_s`` (wall clock) marks the stream alive for idle closing."""
+        return self._add(map(_LABELS_SAMPLES, series), now_s)
+
+    def add_batch(
+        self, batch: SampleBatch | Iterable[Series], now_s: float | None = None
+    ) -> AddStats:
+        """``add`` for what ``WriteRequestDecoder.decode_batch`` gives. A ``SampleBatch``
+        goes to the same loop as (labels, ((ts, value),)) pairs zipped from its columns
+        in C: no ``Series``, sample list or boxed pair is built per sample first."""
+        if not isinstance(batch, SampleBatch):
+            return self.add(batch, now_s)
+        ts, values = batch.timestamps.tolist(), batch.values.tolist()
+        samples = zip(zip(ts, values, strict=True), strict=True)  # ((ts, value),) per series
+        # No collection while the body's tuples are made (a pass every 700 of them only
+        # promotes them): the collector runs after, on its own schedule -- as the
+        # compiled decoder does for the objects it makes.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._add(zip(batch.labels, samples, strict=True), now_s)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _add(self, pairs: Iterable[_Pair], now_s: float | None) -> AddStats:
+        """``add`` over (labels, samples) pairs."""
         # This runs for every sample: locals instead of attribute lookups, and the
         # rare outcomes (drops, stale markers, a node changing group, a target off
         # its phase, HA replicas) off the main line.
@@ -526,9 +555,7 @@ class FrameBuilder:
         late_lag = self.grace_ms + self.late_horizon_ms + bucket_ms
         max_ts: float = -math.inf if self._max_ts is None else self._max_ts
         latest_late_bucket = max_ts - late_lag
-        for s in series:
-            labels = s.labels
-            samples = s.samples
+        for labels, samples in pairs:
             # Decoders and the simulator hand out the same (read-only) label dict
             # for a series every time: resolve everything it implies once.
             seen = memo_get(id(labels))
@@ -583,7 +610,7 @@ class FrameBuilder:
             if role is not None and role != node.role:
                 node.role = role
             if node.group is None:  # a later series of the node may still name its group
-                self._hold_groupless(node, s, bucket0, stats)
+                self._hold_groupless(node, Series(labels, list(samples)), bucket0, stats)
                 continue
             state = state_of(key)
             for ts, value in samples:

@@ -46,13 +46,14 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 from itertools import islice
-from typing import Any
+from typing import Any, cast
 
 import cramjam
+import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
-from streams.ingest.series import Series
+from streams.ingest.series import SampleBatch, Series
 
 try:  # the compiled fast path (native/); the pure-Python decoder below is the fallback
     from peerwatch_native import Decoder as _NativeDecoder
@@ -322,6 +323,24 @@ class WriteRequestDecoder:
                 series, skipped = done
                 self.skipped_series += skipped
                 return series
+            self.fallback_bodies += 1
+        return self._decode_reference(body)
+
+    def decode_batch(self, body: bytes) -> SampleBatch | list[Series]:
+        """``decode``, in columns (``SampleBatch``) when the compiled decoder took the body
+        and every series has one sample -- what ``FrameBuilder.add_batch`` is fastest on;
+        else the series as ``decode`` gives them. Same samples, same errors either way.
+        """
+        if self._native is not None:
+            done = self._native.decode_columns(body)
+            if done is not None:
+                decoded, columns, skipped = done
+                self.skipped_series += skipped
+                if columns is None:
+                    return cast(list[Series], decoded)
+                return SampleBatch(
+                    decoded, np.frombuffer(columns[0], np.int64), np.frombuffer(columns[1])
+                )
             self.fallback_bodies += 1
         return self._decode_reference(body)
 

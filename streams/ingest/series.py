@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 
 @dataclass(slots=True)
 class Series:
@@ -20,3 +22,27 @@ class Series:
     @property
     def name(self) -> str:
         return self.labels.get("__name__", "")
+
+
+@dataclass(frozen=True, slots=True)
+class SampleBatch:
+    """Series of one sample each, in columns: ``labels[i]`` was sampled ``values[i]`` at
+    ``timestamps[i]`` (ms). The shape Prometheus sends, as the compiled decoder hands it
+    out (``WriteRequestDecoder.decode_batch``) so the frame builder can work on arrays
+    (``FrameBuilder.add_batch``); ``series()`` is the same data as ``Series``.
+    """
+
+    labels: list[dict[str, str]]
+    timestamps: np.ndarray  # int64
+    values: np.ndarray  # float64
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def series(self) -> list[Series]:
+        return [
+            Series(labels, [(ts, value)])
+            for labels, ts, value in zip(
+                self.labels, self.timestamps.tolist(), self.values.tolist(), strict=True
+            )
+        ]

@@ -40,7 +40,7 @@ from streams.ingest.producer import FrameProducer
 from streams.ingest.remote_write import DECODER_CHOICES, RemoteWriteError, WriteRequestDecoder
 from streams.ingest.request_timer import request_timer
 from streams.ingest.security import WriteAuth, server_ssl_context
-from streams.ingest.series import Series
+from streams.ingest.series import SampleBatch, Series
 from streams.ingest.wal import WriteAheadLog
 from streams.kafka import KafkaLoginError
 from streams.metrics import IngestMetrics
@@ -179,10 +179,10 @@ class Ingest:
 
     def _decode_and_add(self, body: bytes) -> AddStats:
         """On the work thread: the body's samples into the builder (and first on disk)."""
-        series = self.decoder.decode(body)
+        series = self.decoder.decode_batch(body)
         if self.wal is not None:
             self.wal.append(body, _newest_ts(series))
-        return self.builder.add(series, now_s=time.time())
+        return self.builder.add_batch(series, now_s=time.time())
 
     def _replay(self) -> None:
         """On the work thread, before serving: the bodies the write-ahead log holds."""
@@ -190,11 +190,11 @@ class Ingest:
         bodies = 0
         for index, body in self.wal.replay():
             try:
-                series = self.decoder.decode(body)
+                series = self.decoder.decode_batch(body)
             except RemoteWriteError:
                 continue  # a body is logged only once decoded: a damaged file
             self.wal.replayed(index, _newest_ts(series))
-            self.builder.add(series, now_s=time.time())
+            self.builder.add_batch(series, now_s=time.time())
             bodies += 1
         log.info("wal_replayed bodies=%d segments=%d", bodies, self.wal.segments)
 
@@ -343,7 +343,9 @@ class Ingest:
         self._work.shutdown(wait=False, cancel_futures=True)
 
 
-def _newest_ts(series: list[Series]) -> int | None:
+def _newest_ts(series: SampleBatch | list[Series]) -> int | None:
+    if isinstance(series, SampleBatch):
+        return int(series.timestamps.max()) if len(series) else None
     return max((ts for s in series for ts, _ in s.samples), default=None)
 
 

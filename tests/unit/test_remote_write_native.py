@@ -20,7 +20,7 @@ from streams.ingest.remote_write import (
     WriteRequestDecoder,
     encode_write_request,
 )
-from streams.ingest.series import Series
+from streams.ingest.series import SampleBatch, Series
 from streams.lab.simulator.run import MAX_SAMPLES_PER_SEND, split_samples
 from tests.unit.test_remote_write import comparable, field, series_strategy, varint
 
@@ -38,6 +38,17 @@ def outcome(decoder: WriteRequestDecoder, body: bytes) -> object:
     return comparable(series), decoder.skipped_series - before
 
 
+def batch_outcome(decoder: WriteRequestDecoder, body: bytes) -> object:
+    """``outcome`` of ``decode_batch``: its columns read back as series."""
+    before = decoder.skipped_series
+    try:
+        decoded = decoder.decode_batch(body)
+    except RemoteWriteError as exc:
+        return ("error", str(exc))
+    series = decoded.series() if isinstance(decoded, SampleBatch) else decoded
+    return comparable(series), decoder.skipped_series - before
+
+
 def both(**kwargs: object) -> tuple[WriteRequestDecoder, WriteRequestDecoder]:
     return WriteRequestDecoder(native=False, **kwargs), WriteRequestDecoder(native=True, **kwargs)  # type: ignore[arg-type]
 
@@ -45,8 +56,11 @@ def both(**kwargs: object) -> tuple[WriteRequestDecoder, WriteRequestDecoder]:
 def assert_same(body: bytes, **kwargs: object) -> WriteRequestDecoder:
     """Cold and warm (second decode: caches filled), both decoders agree; the native one."""
     reference, native = both(**kwargs)
+    columns = WriteRequestDecoder(native=True, **kwargs)  # type: ignore[arg-type]
     for _ in range(2):
-        assert outcome(native, body) == outcome(reference, body)
+        expected = outcome(reference, body)
+        assert outcome(native, body) == expected
+        assert batch_outcome(columns, body) == expected
     return native
 
 
@@ -77,10 +91,15 @@ def test_prometheus_shaped_bodies_decode_natively_and_alike() -> None:
     wanted = {"DCGM_FI_DEV_GPU_UTIL", "node_load1", "up"}
     for kwargs in ({}, {"metric_names": wanted}, {"label_cache_size": 0}):
         reference, native = both(**kwargs)
+        columns = WriteRequestDecoder(native=True, **kwargs)  # type: ignore[arg-type]
         for _ in range(2):
             for body in bodies:
-                assert outcome(native, body) == outcome(reference, body)
-        assert native.fallback_bodies == 0  # the compiled decoder took every body itself
+                expected = outcome(reference, body)
+                assert outcome(native, body) == expected
+                assert batch_outcome(columns, body) == expected
+                # Prometheus' shape: one sample per series, so columns
+                assert isinstance(columns.decode_batch(body), SampleBatch)
+        assert native.fallback_bodies == columns.fallback_bodies == 0  # no body left to Python
 
 
 ODD = {
