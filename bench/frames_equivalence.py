@@ -112,6 +112,37 @@ def random_labels(r: random.Random) -> dict[str, str]:
     return labels
 
 
+def close_both(r: random.Random, a: Any, b: Any, t: int, now_s: float | None) -> tuple[Any, Any]:
+    """Both builders' frames from one random way of closing: at the watermark, at a given
+    time, idle, a flush or none."""
+    choice, idle = r.random(), r.choice((None, 30.0))
+    if choice < 0.6:
+        return outcome(a.close_due_by_watermark, now_s, idle), outcome(
+            b.close_due_by_watermark, now_s, idle
+        )
+    if choice < 0.7:
+        watermark = t - r.randint(0, 100_000)
+        return outcome(a.close_due, watermark, now_s, idle), outcome(
+            b.close_due, watermark, now_s, idle
+        )
+    if choice < 0.75:
+        return outcome(a.flush_all), outcome(b.flush_all)
+    return [], []
+
+
+def step(a: Any, b: Any, stats: tuple[Any, Any], frames: tuple[Any, Any]) -> bool | None:
+    """One call's comparison: False if the builders differ, True if both failed alike
+    (their states after a failure are not compared), None to go on."""
+    sa, sb = stats
+    if (sa.accepted, list(sa.dropped.items())) != (sb.accepted, list(sb.dropped.items())):
+        return False
+    if comparable(frames[0]) != comparable(frames[1]):
+        return False
+    if not isinstance(frames[0], list):
+        return True
+    return None if state(a) == state(b) else False
+
+
 def random_case(seed: int) -> bool:
     r = random.Random(seed)
     kwargs: dict[str, Any] = {
@@ -142,27 +173,10 @@ def random_case(seed: int) -> bool:
             ]
             batch.append(Series(labels, samples))
         now_s = None if r.random() < 0.3 else now + r.uniform(-400, 100)
-        sa, sb = a.add(batch, now_s=now_s), b.add(batch, now_s=now_s)
-        if (sa.accepted, list(sa.dropped.items())) != (sb.accepted, list(sb.dropped.items())):
-            return False
-        choice, idle = r.random(), r.choice((None, 30.0))
-        if choice < 0.6:
-            fa = outcome(a.close_due_by_watermark, now_s, idle)
-            fb = outcome(b.close_due_by_watermark, now_s, idle)
-        elif choice < 0.7:
-            watermark = t - r.randint(0, 100_000)
-            fa = outcome(a.close_due, watermark, now_s, idle)
-            fb = outcome(b.close_due, watermark, now_s, idle)
-        elif choice < 0.75:
-            fa, fb = outcome(a.flush_all), outcome(b.flush_all)
-        else:
-            fa = fb = []
-        if comparable(fa) != comparable(fb):
-            return False
-        if not isinstance(fa, list):
-            return True  # both failed alike; their states after a failure are not compared
-        if state(a) != state(b):
-            return False
+        stats = a.add(batch, now_s=now_s), b.add(batch, now_s=now_s)
+        verdict = step(a, b, stats, close_both(r, a, b, t, now_s))
+        if verdict is not None:
+            return verdict
         t += r.choice((0, 5000, 30_000, 30_000, 90_000))
         now += 30
     return comparable(outcome(a.flush_all)) == comparable(outcome(b.flush_all))
@@ -221,22 +235,11 @@ def batch_case(seed: int) -> bool:
         now_s = t / 1000 + r.uniform(-5, 40) if clock < 0.8 else None
         if clock > 0.9:
             now_s = now + r.uniform(-400, 100)
-        sa, sb = a.add(batch.series(), now_s=now_s), b.add_batch(batch, now_s=now_s)
-        if (sa.accepted, list(sa.dropped.items())) != (sb.accepted, list(sb.dropped.items())):
-            return False
-        choice, idle = r.random(), r.choice((None, 30.0))
-        if choice < 0.6:
-            fa = outcome(a.close_due_by_watermark, now_s, idle)
-            fb = outcome(b.close_due_by_watermark, now_s, idle)
-        elif choice < 0.65:
-            fa, fb = outcome(a.flush_all), outcome(b.flush_all)
-        else:
-            fa = fb = []
-        if comparable(fa) != comparable(fb):
-            return False
-        if not isinstance(fa, list):
-            return True  # both failed alike
-        if state(a) != state(b) or a.phases.relearned != b.phases.relearned:
+        stats = a.add(batch.series(), now_s=now_s), b.add_batch(batch, now_s=now_s)
+        verdict = step(a, b, stats, close_both(r, a, b, t, now_s))
+        if verdict is not None:
+            return verdict
+        if a.phases.relearned != b.phases.relearned:
             return False
         if a.dropped_results != b.dropped_results:
             return False

@@ -139,50 +139,29 @@ def run_bodies(
     bodies: list[tuple[int, list[bytes], int]],
     prefilter: bool,
     native: bool = False,
+    columns: bool = False,
 ) -> float:
     """CPU seconds to decode bodies[1:] and add them to a ``cls`` builder (None: decode
-    only); bodies[0] warms the decoder's caches and the builder."""
+    only); bodies[0] warms the decoder's caches and the builder. ``columns``: the
+    compiled decoder's ``decode_batch`` and the builder's ``add_batch``."""
     builder = make_builder(cls or FrameBuilder, settings)
     decoder = WriteRequestDecoder(
         metric_names=builder.metric_names if prefilter else None, native=native
     )
+    decode = decoder.decode_batch if columns else decoder.decode
+    add = builder.add_batch if columns else builder.add
     spent = 0.0
     for i, (t_ms, requests, _) in enumerate(bodies):
         started = time.process_time()
         now_s = t_ms / 1000.0
         for body in requests:
-            series = decoder.decode(body)
+            series = decode(body)
             if cls is not None:
-                builder.add(series, now_s=now_s)
+                add(series, now_s=now_s)
         if i:
             spent += time.process_time() - started
     if native:
         assert decoder.fallback_bodies == 0, "the compiled decoder left bodies to Python"
-    return spent
-
-
-def run_batches(
-    settings: Settings,
-    bodies: list[tuple[int, list[bytes], int]],
-    prefilter: bool,
-    add: bool = True,
-) -> float:
-    """``run_bodies`` with the compiled decoder's columns: ``decode_batch`` (+ ``add_batch``)."""
-    builder = make_builder(FrameBuilder, settings)
-    decoder = WriteRequestDecoder(
-        metric_names=builder.metric_names if prefilter else None, native=True
-    )
-    spent = 0.0
-    for i, (t_ms, requests, _) in enumerate(bodies):
-        started = time.process_time()
-        now_s = t_ms / 1000.0
-        for body in requests:
-            batch = decoder.decode_batch(body)
-            if add:
-                builder.add_batch(batch, now_s=now_s)
-        if i:
-            spent += time.process_time() - started
-    assert decoder.fallback_bodies == 0, "the compiled decoder left bodies to Python"
     return spent
 
 
@@ -353,17 +332,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         ):
             a, b = best_pair(
                 partial(run_bodies, FrameBuilder, settings, bodies, prefilter, True),
-                partial(run_batches, settings, bodies, prefilter),
+                partial(run_bodies, FrameBuilder, settings, bodies, prefilter, True, True),
                 args.repeat,
             )
             rows.append((label, "native Series", a, "columns", b))
         a, b = best_pair(
             partial(run_bodies, None, settings, bodies, False, True),
-            partial(run_batches, settings, bodies, False, False),
+            partial(run_bodies, None, settings, bodies, False, True, True),
             args.repeat,
         )
         rows.append(("columns decode alone, unfiltered", "native Series", a, "columns", b))
-        best = partial(run_batches, settings, bodies, False)
+        best = partial(run_bodies, FrameBuilder, settings, bodies, False, True, True)
         messages = adapter_messages(rounds)
         a, b = best_pair(lambda: run_naive(settings, messages)[0], best, args.repeat)
         rows.append(("naive design (in-process)", "msg per sample", a, "columns", b))
