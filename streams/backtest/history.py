@@ -235,6 +235,7 @@ class ChunkedSource:
     the ``/api/v1/series`` check both servers answer alike."""
 
     what = "history"
+    max_steps: int | None = None  # steps per series one chunk may ask for (None: any)
 
     def __init__(
         self,
@@ -247,6 +248,10 @@ class ChunkedSource:
     ) -> None:
         if step_ms <= 0 or chunk_ms < step_ms:
             raise ValueError("need 0 < step_ms <= chunk_ms")
+        if self.max_steps is not None and chunk_ms // step_ms > self.max_steps:
+            raise ValueError(
+                f"a chunk of more than {self.max_steps} steps is refused by {self.what}"
+            )
         self.client = client
         self.selector = selector  # what is sent
         self.asked = selector if asked is None else asked  # the operator's, for the report

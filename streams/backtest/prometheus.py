@@ -24,7 +24,6 @@ from typing import Any
 
 from streams.backtest.history import (
     ChunkedSource,
-    HistoryClient,
     ParsedSeries,
     SourceRejected,
     api_seconds,
@@ -61,19 +60,7 @@ class PrometheusSource(ChunkedSource):
     """``selector``'s series from a Prometheus at ``client``, ``chunk_ms`` at a time."""
 
     what = "Prometheus"
-
-    def __init__(
-        self,
-        client: HistoryClient,
-        selector: str,
-        step_ms: int,
-        chunk_ms: int = 3_600_000,
-        *,
-        asked: str | None = None,
-    ) -> None:
-        super().__init__(client, selector, step_ms, chunk_ms, asked=asked)
-        if chunk_ms // step_ms > MAX_POINTS:
-            raise ValueError(f"a chunk of more than {MAX_POINTS} steps is refused by Prometheus")
+    max_steps = MAX_POINTS
 
     def chunk(self, lo_ms: int, hi_ms: int) -> Iterator[ParsedSeries]:
         # the steps that close the chunk's buckets: lo + step .. hi (both ends inclusive)
