@@ -300,6 +300,7 @@ class WriteRequestDecoder:
             )
         )
         self.fallback_bodies = 0
+        self._columns = getattr(self._native, "decode_columns", None)
 
     @property
     def native(self) -> bool:
@@ -331,6 +332,8 @@ class WriteRequestDecoder:
         and every series has one sample -- what ``FrameBuilder.add_batch`` is fastest on;
         else the series as ``decode`` gives them. Same samples, same errors either way.
         """
+        if self._native is not None and self._columns is None:
+            return self.decode(body)  # an extension built before decode_columns
         if self._native is not None:
             done = self._native.decode_columns(body)
             if done is not None:

@@ -255,3 +255,13 @@ def test_ingest_decoder_setting_picks_the_decoder(choice: str, native: bool) -> 
     assert WriteRequestDecoder(native=rw.DECODER_CHOICES["auto"]).native is rw.NATIVE_AVAILABLE
     with pytest.raises(ValueError, match="ingest_decoder"):
         Settings(ingest_decoder="rust")  # type: ignore[arg-type]
+
+
+def test_an_extension_without_columns_still_decodes_batches() -> None:
+    """An older build of native/ (no decode_columns) gives decode_batch the series."""
+    body = fleet_bodies()[0]
+    decoder = WriteRequestDecoder(native=True)
+    decoder._columns = None  # as getattr finds it on an extension built before
+    decoded = decoder.decode_batch(body)
+    assert isinstance(decoded, list)
+    assert comparable(decoded) == comparable(WriteRequestDecoder(native=False).decode(body))
