@@ -11,9 +11,10 @@ the ingest writes them (``bench.worker``'s fleet: the simulated ``gpu-slow`` job
 copied into groups of 60). The bench polls the workers' ``/metrics`` until every
 frame is counted (``peerwatch_worker_frames``) and reads each child's CPU seconds
 from ``/proc`` (user + system) before the first frame is sent and when the last
-is counted. Printed beside the baseline of the same run (``bench.worker.run``,
-the in-process Pipeline on the same frames): fleet CPU seconds per 30-s bucket,
-and per node.
+is counted (the count is read every ``COUNT_EVERY_S``: the figure may hold up to
+that much of the worker's time after the last frame). Printed beside the baseline of
+the same run (``bench.worker.run``, the in-process Pipeline on the same frames): fleet
+CPU seconds per 30-s bucket, and per node.
 
 The workers' start (Faust, topic and changelog set-up, the group's rebalances)
 is not in the figure; it holds the fetch, Faust's stream, the decode and the
@@ -44,6 +45,10 @@ from streams.topics import ensure_topics
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 SETTLE_S = 2.0
+# How often the frame count is read while frames flow. Each /metrics page is built by the
+# worker (every node's series): at 2,500 nodes a 0.5-s poll was 16 % of the worker's
+# py-spy samples, the bench's own load in the figure (Prometheus scrapes every 15-30 s).
+COUNT_EVERY_S = 5.0
 
 
 def cpu_seconds(pid: int) -> float:
@@ -144,7 +149,7 @@ def through_kafka(
         while sum(_sample(port, "peerwatch_worker_frames_total") for port in ports) < total:
             if time.monotonic() - started > timeout_s:
                 raise TimeoutError(f"workers did not count {total} frames in {timeout_s:.0f} s")
-            time.sleep(0.5)
+            time.sleep(COUNT_EVERY_S)
         wall = time.monotonic() - started
         spent = sum(cpu_seconds(p.pid) for p in procs if p.pid) - sum(start_cpu)
     finally:
