@@ -580,6 +580,11 @@ def prometheus_config(ctx: click.Context, url: str | None, **auth: str | None) -
     help="Known XIDs / failures (JSON lines or CSV: ts_ms or time, node, group, kind).",
 )
 @click.option(
+    "--job-events",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The scheduler's job lifecycle events (JSON lines, the worker's schema): retry advice.",
+)
+@click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
     required=True,
@@ -601,15 +606,18 @@ def backtest(
     start: str,
     end: str,
     events: Path | None,
+    job_events: Path | None,
     out: Path,
     chunk_hours: float,
 ) -> None:
     """Replay history from VictoriaMetrics or Prometheus through the live pipeline (frame
     builder + worker pipeline, event time) and write report.html + report.json: alerts,
-    lead time per known event, false alerts per day, fail-slow episodes."""
+    lead time per known event, false alerts per day, fail-slow episodes, advice (with
+    --job-events, the retry advisor's too)."""
     import time
 
     from streams.backtest.history import BacktestError, TimeRange, parse_time_ms
+    from streams.backtest.job_events import load_job_events
     from streams.backtest.report import ReportError
     from streams.backtest.run import backtest_to, open_source
     from streams.backtest.summary import EventsFileError, load_events
@@ -622,10 +630,11 @@ def backtest(
             parse_time_ms(start, now_ms), parse_time_ms(end, now_ms), settings.bucket_ms
         )
         known = load_events(events) if events is not None else []
+        jobs = load_job_events(job_events) if job_events is not None else []
         bucket = settings.bucket_ms
         chunk_ms = max(bucket, round(chunk_hours * 3_600_000) // bucket * bucket)
         source = open_source(kind, url, selector, settings, chunk_ms)
-        stats, result = backtest_to(out, source, time_range, settings, known)
+        stats, result = backtest_to(out, source, time_range, settings, known, jobs)
     except (BacktestError, EventsFileError, ReportError, OSError) as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
     lead = result.get("lead_time", {})

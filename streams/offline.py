@@ -10,7 +10,7 @@ it with the real Kafka path.
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -36,9 +36,17 @@ def build_pair(settings: Settings) -> tuple[FrameBuilder, Pipeline]:
 
 
 def score_rounds(
-    rounds: Iterable[tuple[int, list[Series]]], settings: Settings
+    rounds: Iterable[tuple[int, list[Series]]],
+    settings: Settings,
+    before_round: Callable[[Pipeline, int | None], None] | None = None,
 ) -> Iterator[tuple[list[Frame], list[Scored]]]:
-    """For every scrape round: the frames it closed and the buckets they completed."""
+    """For every scrape round: the frames it closed and the buckets they completed.
+
+    ``before_round(pipeline, t_ms)``, if given, runs before each round's samples go in
+    (everything of earlier rounds is scored by then), and once more with ``None``
+    after the last flush: the moment to hand the pipeline inputs that are not samples
+    (e.g. job events), in event time.
+    """
     builder, pipeline = build_pair(settings)
     now_s = 0.0
     pending = iter(rounds)
@@ -55,6 +63,8 @@ def score_rounds(
             if item is None:
                 break
             t_ms, series = item
+            if before_round is not None:
+                before_round(pipeline, t_ms)
             now_s = t_ms / 1000.0
             builder.add(series, now_s=now_s)
             del item, series
@@ -62,6 +72,8 @@ def score_rounds(
         yield frames, _feed(pipeline, frames, now_s)
     frames = builder.flush_all()
     yield frames, _feed(pipeline, frames, now_s + settings.grace_s)
+    if before_round is not None:
+        before_round(pipeline, None)
 
 
 @contextmanager

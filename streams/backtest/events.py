@@ -26,13 +26,15 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["EventsFileError", "KnownEvent", "load_events"]
+__all__ = ["EventsFileError", "KnownEvent", "load_events", "read_lines"]
+
+_T = TypeVar("_T")
 
 _FIELDS = ("ts_ms", "time", "end_ms", "end", "node", "group", "kind")
 
@@ -77,23 +79,31 @@ class KnownEvent:
 
 def load_events(path: str | Path) -> list[KnownEvent]:
     """Every event in ``path`` (JSON lines, or CSV for a ``.csv`` file), in time order."""
+    events = read_lines(path, _event, csv_ok=True)
+    return sorted(events, key=lambda e: (e.ts_ms, e.node or "", e.group or "", e.kind))
+
+
+def read_lines(path: str | Path, parse: Callable[[Any], _T], *, csv_ok: bool) -> list[_T]:
+    """``parse`` of every row of ``path`` (JSON lines; CSV for a ``.csv`` file if ``csv_ok``),
+    in file order; a row it refuses (``ValueError``) is :class:`EventsFileError` naming the
+    file and line."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise EventsFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
     lines = text.splitlines()
-    events = []
+    out = []
     try:
-        rows = _csv_rows(lines) if path.suffix.lower() == ".csv" else _json_rows(lines)
+        rows = _csv_rows(lines) if csv_ok and path.suffix.lower() == ".csv" else _json_rows(lines)
         for lineno, row in rows:
             try:
-                events.append(_event(row))
+                out.append(parse(row))
             except (ValueError, TypeError) as exc:
                 raise EventsFileError(f"line {lineno}: {exc}") from None
     except EventsFileError as exc:
         raise EventsFileError(f"{path}: {exc}") from None
-    return sorted(events, key=lambda e: (e.ts_ms, e.node or "", e.group or "", e.kind))
+    return out
 
 
 def _skip(line: str) -> bool:

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from detectors.advisors.jobs import JobEvent
+from detectors.vocabulary import Advice
 from streams.backtest.history import (
     BadRange,
     BadSelector,
@@ -29,6 +31,7 @@ from streams.backtest.history import (
     iso_time,
     series_selector,
 )
+from streams.backtest.job_events import JobEventFeed
 from streams.backtest.prometheus import PrometheusSource
 from streams.backtest.report import render_html
 from streams.backtest.summary import Accumulator, KnownEvent
@@ -49,6 +52,7 @@ class BacktestStats:
     frames: int = 0
     buckets: int = 0  # scored group buckets
     changes: int = 0  # alert transitions
+    job_events: int = 0  # handed to the pipeline (those at or after the range's end are not)
     seconds: float = 0.0
 
 
@@ -58,8 +62,14 @@ def run_backtest(
     settings: Settings,
     on_scored: Callable[[Scored], None],
     on_chunk: Callable[[int], None] | None = None,
+    job_events: Sequence[JobEvent] = (),
+    on_advice: Callable[[Advice], None] = lambda _: None,
 ) -> BacktestStats:
     """Score ``time_range`` of ``source``; ``on_chunk(end_ms)`` after each chunk's rounds.
+
+    ``job_events`` go to the same pipeline as the history's clock passes them
+    (``streams.backtest.job_events``); their advice (retry steps, the ledger's) to
+    ``on_advice``, the buckets' own advice rides on the ``Scored``.
 
     Raises ``NoSeries`` when the selector matches nothing there (asked first, so a
     55-day run does not stream for nothing) or no sample arrived after all.
@@ -73,7 +83,8 @@ def run_backtest(
     stats = BacktestStats()
     interner = LabelInterner()
     rounds = _counted(history_rounds(source, time_range, interner), stats, source, on_chunk)
-    for frames, scored in score_rounds(rounds, settings):
+    feed = JobEventFeed(job_events, time_range.end_ms, on_advice) if job_events else None
+    for frames, scored in score_rounds(rounds, settings, feed):
         stats.frames += len(frames)
         for item in scored:
             stats.buckets += item.ended is None
@@ -82,6 +93,7 @@ def run_backtest(
     if on_chunk is not None:
         on_chunk(time_range.end_ms)
     stats.series = len(interner)
+    stats.job_events = feed.handed if feed is not None else 0
     stats.seconds = time.perf_counter() - started
     if stats.samples == 0:
         raise NoSeries(f"{source.what}: the selector's series have no samples in {time_range}")
@@ -138,6 +150,7 @@ def backtest_to(
     time_range: TimeRange,
     settings: Settings,
     events: list[KnownEvent],
+    job_events: Sequence[JobEvent] = (),
 ) -> tuple[BacktestStats, dict[str, Any]]:
     """Run the backtest with a progress bar; write ``report.json``, then ``report.html``."""
     accumulator = Accumulator(events, settings.bucket_ms)
@@ -149,6 +162,8 @@ def backtest_to(
             settings,
             accumulator.add,
             on_chunk=lambda end_ms: advance(f"to {iso_time(end_ms)}"),
+            job_events=job_events,
+            on_advice=accumulator.add_advice,
         )
     result = accumulator.result()
     result["run"] = {
