@@ -4,7 +4,8 @@ An hour of a simulated 16 + 1 node job with an NVLink + bus fault at minute 40
 (XID 145/149 then 79) is loaded into each -- VictoriaMetrics through
 ``/api/v1/import`` (JSON lines), Prometheus as TSDB blocks made by ``promtool tsdb
 create-blocks-from openmetrics`` -- and backtested by the command an operator runs;
-report.json must show the fault's node alerted at or before its XID. Then the
+report.json must show the fault's node alerted at or before its XID (and, with the job's
+failure after it as --job-events, the retry advisor excluding the node). Then the
 errors an operator meets: an unreachable server, a selector that matches nothing,
 an empty range.
 """
@@ -148,15 +149,30 @@ def _found_the_fault(report: dict[str, Any], history: History) -> dict[str, Any]
 def test_backtest_from_victoriametrics_alerts_the_nvlink_node_by_its_xid(
     victoria_metrics: str, history: History, tmp_path: Path
 ) -> None:
+    job = {labels["train_job"] for labels, _, _ in history.series if "train_job" in labels}.pop()
+    nodes = sorted({labels["instance"].split(":")[0] for labels, _, _ in history.series
+                    if labels.get("train_job") == job})  # fmt: skip
+    failed_ms = history.xid_ms + 5 * MINUTE  # the job died after its XID
+    jobs = tmp_path / "jobs.jsonl"
+    attempt = {"job_id": "s1", "name": "llm", "attempt": 1, "nodes": nodes, "group": job}
+    jobs.write_text("".join(
+        json.dumps({**attempt, "state": state, "ts": ts}) + "\n"
+        for state, ts in (("running", START_MS), ("failed", failed_ms))
+    ))  # fmt: skip
     done = _backtest(
         "--source", "victoriametrics", "--url", victoria_metrics,
         "--selector", f'{{cluster="{CLUSTER}"}}', *_range(),
         "--events", str(history.events), "--chunk-hours", "0.25",  # four chunks
-        out=tmp_path,
+        "--job-events", str(jobs), out=tmp_path / "out",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
+    tmp_path = tmp_path / "out"
     report = json.loads((tmp_path / "report.json").read_text())
     _found_the_fault(report, history)
+    assert report["run"]["job_events"] == 2  # the retry advisor saw the XID alert first
+    steps = [(a["kind"], a["node"], a["bucket_ts"], a["figures"]["delay_s"])
+             for a in report["advice"]["items"] if a["advisor"] == "retry"]  # fmt: skip
+    assert steps == [("exclude_nodes", FAULT_NODE, failed_ms, 600.0)]
     assert report["buckets"] >= 115  # an hour of 30-s buckets, the job's restart aside
     assert report["run"]["series"] == len(history.series)
     assert report["run"]["selector"] == f'{{cluster="{CLUSTER}"}}'
