@@ -22,6 +22,7 @@ import pytest
 import yaml
 from aiokafka import AIOKafkaConsumer
 
+from streams.advice import ADVICE_RECORD
 from streams.lab.launchers import PeerwatchProcess, Prometheus, free_port, peerwatch_env
 from tests.integration.conftest import start_or_fail
 
@@ -232,6 +233,14 @@ async def read_topic(bootstrap: str, topic: str, idle_s: float = 3.0) -> list[di
                 records.extend(json.loads(m.value) for m in messages)
     finally:
         await consumer.stop()
+
+
+async def read_alert_records(bootstrap: str, topic: str, idle_s: float = 3.0) -> list[dict]:
+    """The alert changes on the alerts topic: every record but the advisors' (README
+    "Advice on peerwatch.alerts": those carry ``"record": "advice"``)."""
+    return [
+        r for r in await read_topic(bootstrap, topic, idle_s) if r.get("record") != ADVICE_RECORD
+    ]
 
 
 async def wait_for(predicate: Callable[[], Awaitable[T]], timeout_s: float, what: str) -> T:

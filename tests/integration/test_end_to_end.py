@@ -22,7 +22,7 @@ from tests.integration.harness import (
     Deployment,
     alerts_in_alertmanager,
     epoch_ms,
-    read_topic,
+    read_alert_records,
     wait_for,
 )
 
@@ -76,7 +76,7 @@ async def test_only_the_faulty_node_alerts_at_or_before_its_xid(
         await wait_for(lag_drained, 30, "the worker's consumer lag to fall to 2 frames or fewer")
         await asyncio.sleep(2)  # the sink posts asynchronously
         alerts = await alerts_in_alertmanager(alertmanager_url, deployment.job)
-        topic_records = await read_topic(kafka_bootstrap, deployment.alerts_topic)
+        topic_records = await read_alert_records(kafka_bootstrap, deployment.alerts_topic)
 
     # Exactly the faulty node, critical, starting no later than the XID's bucket
     # (a group-level event, without a node, may accompany the job's death).

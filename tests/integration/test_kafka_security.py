@@ -30,7 +30,13 @@ from streams.kafka import KafkaLoginError, raise_if_login_refused
 from streams.lab.launchers import KafkaKRaft, PeerwatchProcess, free_port
 from streams.settings import Settings
 from tests.integration.conftest import start_or_fail
-from tests.integration.harness import Deployment, TlsFiles, make_tls_files, read_topic, wait_for
+from tests.integration.harness import (
+    Deployment,
+    TlsFiles,
+    make_tls_files,
+    read_alert_records,
+    wait_for,
+)
 from tests.integration.test_kubernetes_manifests import OVERLAY, build, pod_environment
 from tests.integration.test_xid_log import LINE, replay_around_kernel_lines
 
@@ -143,7 +149,9 @@ async def test_frames_in_and_an_alert_out_over_a_secure_listener(
         assert await replay_around_kernel_lines(deployment, settings, [LINE]) == 1
 
         async def xid_alert() -> list[dict]:
-            records = await read_topic(secure_kafka.broker.bootstrap, deployment.alerts_topic, 1)
+            records = await read_alert_records(
+                secure_kafka.broker.bootstrap, deployment.alerts_topic, 1
+            )
             return [r for r in records if r["labels"]["alertname"] == "PeerwatchXid"]
 
         (alert,) = await wait_for(xid_alert, 60, "the XID alert on the alerts topic")

@@ -17,7 +17,12 @@ from pathlib import Path
 import pytest
 
 from streams.lab.simulator import replay
-from tests.integration.harness import Deployment, alerts_in_alertmanager, read_topic, wait_for
+from tests.integration.harness import (
+    Deployment,
+    alerts_in_alertmanager,
+    read_alert_records,
+    wait_for,
+)
 from tests.integration.test_end_to_end import BUCKET_MS, VICTIM, scenario
 
 
@@ -52,7 +57,7 @@ async def test_a_killed_worker_keeps_its_state_and_open_alerts(
             time.sleep(2)
         finally:
             worker.stop()
-        records = await read_topic(kafka_bootstrap, deployment.alerts_topic)
+        records = await read_alert_records(kafka_bootstrap, deployment.alerts_topic)
         alerts = await alerts_in_alertmanager(alertmanager_url, deployment.job)
 
     firing = [
