@@ -373,23 +373,8 @@ class _Finding:
     until_ms: int | None  # None: stands while its flag is set
 
 
-def _count(value: object) -> int | None:
-    """A remapped-row count, or None when missing / not a finite non-negative number."""
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
-    if not math.isfinite(number) or number < 0:
-        return None
-    return round(number)
-
-
-def _flag(value: object) -> bool | None:
-    """A 0/1 flag (any positive number is set), or None when missing or junk."""
-    if isinstance(value, bool):
-        return value
+def _non_negative(value: object) -> float | None:
+    """``value`` as a finite non-negative number, or None when missing or junk."""
     if value is None:
         return None
     try:
@@ -398,7 +383,23 @@ def _flag(value: object) -> bool | None:
         return None
     if not math.isfinite(number) or number < 0:
         return None
-    return number > 0
+    return number
+
+
+def _count(value: object) -> int | None:
+    """A remapped-row count, or None when missing / not a finite non-negative number."""
+    if isinstance(value, bool):
+        return None
+    number = _non_negative(value)
+    return None if number is None else round(number)
+
+
+def _flag(value: object) -> bool | None:
+    """A 0/1 flag (any positive number is set), or None when missing or junk."""
+    if isinstance(value, bool):
+        return value
+    number = _non_negative(value)
+    return None if number is None else number > 0
 
 
 @dataclass

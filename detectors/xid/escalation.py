@@ -258,34 +258,24 @@ class XidEscalator:
         action, severity = entry.action, entry.severity
         reason = _describe(entry, self.catalog)
         before = hist.seen_before.get(event.xid)
-        if (
-            entry.repeat_action is not None
-            and before is not None
-            and ts - before <= p.window_ms
-            and action_rank(entry.repeat_action) > action_rank(action)
-        ):
-            return (
-                entry.repeat_action,
-                "critical",
-                True,
-                f"{reason}; XID {event.xid} again {_duration(ts - before)} after the incident "
-                f"at {before} ms → {entry.repeat_action}",
+        to = entry.repeat_action
+        if to is not None and before is not None and _escalates(to, action, ts - before, p):
+            why = (
+                f"XID {event.xid} again {_duration(ts - before)} after the incident at {before} ms"
             )
-        prev_reset = hist.reset_before_ms
+            return to, "critical", True, f"{reason}; {why} → {to}"
+        prev, to = hist.reset_before_ms, p.repeated_reset_action
         if (
             entry.action in RESET_CLASS
-            and prev_reset is not None
-            and ts - prev_reset <= p.window_ms
-            and action_rank(p.repeated_reset_action) > action_rank(action)
+            and prev is not None
+            and _escalates(to, action, ts - prev, p)
         ):
-            return (
-                p.repeated_reset_action,
-                "critical",
-                True,
-                f"{reason}; second reset-class incident within {_duration(p.window_ms)} "
-                f"(previous at {prev_reset} ms, {_duration(ts - prev_reset)} earlier): the reset "
-                f"did not fix the GPU → {p.repeated_reset_action}",
+            why = (
+                f"second reset-class incident within {_duration(p.window_ms)} "
+                f"(previous at {prev} ms, {_duration(ts - prev)} earlier): the reset "
+                "did not fix the GPU"
             )
+            return to, "critical", True, f"{reason}; {why} → {to}"
         return action, severity, False, reason
 
     def _step_retry(self, hist: _GpuHistory) -> None:
@@ -332,6 +322,11 @@ def _describe(entry: XidEntry, catalog: XidCatalog) -> str:
     return (
         f"XID {entry.xid}{sub} ({entry.name}): {entry.action} per the {catalog.profile!r} catalog"
     )
+
+
+def _escalates(to: str, action: str, ago_ms: int, p: EscalationParams) -> bool:
+    """The earlier incident (``ago_ms`` back) is within the window and ``to`` is stronger."""
+    return ago_ms <= p.window_ms and action_rank(to) > action_rank(action)
 
 
 def _duration(ms: int) -> str:
