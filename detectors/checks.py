@@ -3,7 +3,8 @@
 ``check_ints(self, "a", "b", minimum=1)`` and ``check_reals(self, "x", above=0)``
 validate named fields with one wording everywhere ("a must be an int >= 1, got 0",
 "x must be finite and > 0, got nan", "y must be in (0, 1], got 2"), which the
-settings errors show the operator.
+settings errors show the operator. ``check_name`` is the one check of a name read off
+the wire (job events, membership), raising the reader's own error type.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ import math
 
 import numpy as np
 
-__all__ = ["check_ints", "check_reals", "is_int", "is_real"]
+__all__ = ["MAX_NAME", "check_ints", "check_name", "check_reals", "is_int", "is_real"]
+
+MAX_NAME = 1024  # characters in a job, node or group name read off the wire
 
 
 def is_int(x: object) -> bool:
@@ -23,6 +26,15 @@ def is_int(x: object) -> bool:
 def is_real(x: object) -> bool:
     """A finite int or float, not a bool."""
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def check_name(value: object, what: str, error: type[Exception]) -> str:
+    """``value`` if it is a non-empty string of at most ``MAX_NAME`` characters, else ``error``."""
+    if not isinstance(value, str) or not value:
+        raise error(f"{what} must be a non-empty string, got {value!r:.80}")
+    if len(value) > MAX_NAME:
+        raise error(f"{what} is longer than {MAX_NAME} characters")
+    return value
 
 
 def check_ints(owner: object, *names: str, minimum: int = 1, maximum: int | None = None) -> None:

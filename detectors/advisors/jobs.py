@@ -26,13 +26,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
+from detectors.checks import check_name
+
 __all__ = ["JOB_STATES", "JobEvent", "JobEventError", "JobState", "JobXid", "Trigger"]
 
 JobState = Literal["running", "training", "failed", "completed", "cancelled"]
 JOB_STATES: tuple[str, ...] = get_args(JobState)
 Trigger = Literal["auto", "manual"]
 MAX_NODES = 100_000  # a bound on one event, far above any gang
-MAX_NAME = 1024
 
 
 class JobEventError(ValueError):
@@ -137,11 +138,7 @@ class JobEvent:
 
 
 def _name(value: object, what: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise JobEventError(f"{what} must be a non-empty string, got {value!r:.80}")
-    if len(value) > MAX_NAME:
-        raise JobEventError(f"{what} is longer than {MAX_NAME} characters")
-    return value
+    return check_name(value, what, JobEventError)
 
 
 def _names(value: object, what: str) -> tuple[str, ...]:

@@ -34,6 +34,7 @@ from typing import Literal
 from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
 
+from detectors.checks import check_name
 from streams.kafka import client_options, start_client
 from streams.retry import RetryCallState, doubling, retrying
 from streams.settings import Settings
@@ -51,7 +52,6 @@ log = logging.getLogger("peerwatch.membership")
 
 JobState = Literal["running", "ended"]
 MAX_NODES_PER_JOB = 100_000  # a bound on one event, far above any gang
-MAX_NAME = 1024
 RECONNECT_S = 0.5  # pause after a membership consumer that worked dies, then a fresh backoff
 
 
@@ -68,11 +68,7 @@ class MembershipEvent:
 
 
 def _name(value: object, what: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise MembershipError(f"{what} must be a non-empty string, got {value!r:.80}")
-    if len(value) > MAX_NAME:
-        raise MembershipError(f"{what} is longer than {MAX_NAME} characters")
-    return value
+    return check_name(value, what, MembershipError)
 
 
 def parse_event(raw: str | bytes) -> MembershipEvent:
