@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from detectors.advisors.checkpoint_io import IoEvent
-from detectors.checks import is_int, is_real
+from detectors.checks import check_ints, check_reals, is_real
 from detectors.phase import PhaseName
 from detectors.state_codec import FINITE_NON_NEGATIVE, JsonState
 from detectors.vocabulary import Advice, Figure
@@ -82,20 +82,12 @@ class CheckpointIntervalParams:
     repeat_s: float = 86_400.0
 
     def __post_init__(self) -> None:
-        for name in ("prior_mtbf_s", "prior_failures", "repeat_s"):
-            value = getattr(self, name)
-            if not (is_real(value) and value > 0):
-                raise ValueError(f"{name} must be finite and > 0, got {value!r}")
-        if not (is_real(self.off_factor) and self.off_factor > 1):
-            raise ValueError(f"off_factor must be finite and > 1, got {self.off_factor!r}")
+        check_reals(self, "prior_mtbf_s", "prior_failures", "repeat_s", above=0)
+        check_reals(self, "off_factor", above=1)
         if not (is_real(self.hysteresis) and 1 <= self.hysteresis < self.off_factor):
             raise ValueError(f"hysteresis must be in [1, off_factor), got {self.hysteresis!r}")
-        if not (is_real(self.same_failure_s) and self.same_failure_s >= 0):
-            raise ValueError(f"same_failure_s must be >= 0, got {self.same_failure_s!r}")
-        for name in ("min_intervals", "recent"):
-            value = getattr(self, name)
-            if not (is_int(value) and value >= 1):
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        check_reals(self, "same_failure_s", at_least=0)
+        check_ints(self, "min_intervals", "recent", minimum=1)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from detectors.checks import is_real
+from detectors.checks import check_reals, is_real
 from detectors.phase import Phase
 from detectors.state_codec import JsonState
 from detectors.vocabulary import Advice
@@ -67,16 +67,9 @@ class CheckpointIoParams:
     read_response_feature: str = "nfs_read_rtt_s"
 
     def __post_init__(self) -> None:
-        for name in ("write_max_bytes_per_s", "read_max_bytes_per_s", "repeat_s"):
-            value = getattr(self, name)
-            if not (is_real(value) and value > 0):
-                raise ValueError(f"{name} must be finite and > 0, got {value!r}")
-        for name in ("queue_dominated_share", "util_alpha"):
-            value = getattr(self, name)
-            if not (is_real(value) and 0 < value <= 1):
-                raise ValueError(f"{name} must be in (0, 1], got {value!r}")
-        if not (is_real(self.util_drop_floor) and 0 <= self.util_drop_floor < 100):
-            raise ValueError(f"util_drop_floor must be in [0, 100), got {self.util_drop_floor!r}")
+        check_reals(self, "write_max_bytes_per_s", "read_max_bytes_per_s", "repeat_s", above=0)
+        check_reals(self, "queue_dominated_share", "util_alpha", above=0, at_most=1)
+        check_reals(self, "util_drop_floor", at_least=0, below=100)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from detectors.advisors.jobs import JobEvent
-from detectors.checks import is_int, is_real
+from detectors.checks import check_ints, check_reals, is_int
 from detectors.families import XID_ALERT
 from detectors.family import BucketEvidence, ClosedBucket, FamilyStep, GroupEnd, GroupFamily
 from detectors.state_codec import JsonState
@@ -68,20 +68,11 @@ class LedgerParams:
     return_min_action: str = "RESTART_VM"
 
     def __post_init__(self) -> None:
-        for name in ("window_s", "return_window_s", "peer_floor"):
-            value = getattr(self, name)
-            if not is_real(value) or value <= 0:
-                raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-        if not is_real(self.peer_ratio) or self.peer_ratio < 1:
-            raise ValueError(f"peer_ratio must be >= 1, got {self.peer_ratio!r}")
-        share = self.concentration_share
-        if not is_real(share) or not 0 < share < 1:
-            raise ValueError(f"concentration_share must be in (0, 1), got {share!r}")
+        check_reals(self, "window_s", "return_window_s", "peer_floor", above=0)
+        check_reals(self, "peer_ratio", at_least=1)
+        check_reals(self, "concentration_share", above=0, below=1)
         counts = ("top_k", "min_exclusions", "chronic_exclusions", "chronic_alerts", "min_app_xids")
-        for name in counts:
-            value = getattr(self, name)
-            if not is_int(value) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        check_ints(self, *counts, minimum=1)
         if any(not is_int(x) or x < 1 for x in self.app_xids):
             raise ValueError(f"app_xids must be XIDs (ints >= 1), got {self.app_xids!r}")
         if not is_action(self.return_min_action):

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from detectors.advisors.jobs import JobEvent
-from detectors.checks import is_int, is_real
+from detectors.checks import check_ints, check_reals
 from detectors.state_codec import JsonState
 from detectors.vocabulary import Advice, Figure
 from detectors.xid.actions import is_action
@@ -76,16 +76,9 @@ class RetryParams:
     max_chains: int = 10_000  # job names kept per group: the least recently heard of goes first
 
     def __post_init__(self) -> None:
-        for name in ("base_delay_s", "max_delay_s", "xid_window_s", "exclusion_s"):
-            value = getattr(self, name)
-            if not is_real(value) or value < 0:
-                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-        if not is_real(self.backoff_factor) or self.backoff_factor < 1:
-            raise ValueError(f"backoff_factor must be >= 1, got {self.backoff_factor!r}")
-        for name in ("max_identical", "max_failures", "max_downtimes", "max_chains"):
-            value = getattr(self, name)
-            if not is_int(value) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        check_reals(self, "base_delay_s", "max_delay_s", "xid_window_s", "exclusion_s", at_least=0)
+        check_reals(self, "backoff_factor", at_least=1)
+        check_ints(self, "max_identical", "max_failures", "max_downtimes", "max_chains", minimum=1)
         seen: set[str] = set()
         for name in ("retry_actions", "reset_actions", "stop_actions"):
             for action in getattr(self, name):
