@@ -210,16 +210,16 @@ class Pipeline:
 
     def checkpoint(self, group: str) -> CheckpointState | None:
         """One group's checkpoint advisors' state (None before its first bucket)."""
-        held = self.groups.get(group)
-        state = None if held is None else held.states.get(CheckpointAdvisors.name)
-        return state if isinstance(state, CheckpointState) else None
+        return self._state(group, CheckpointAdvisors.name, CheckpointState)
 
     def _states(self, name: str, kind: type[_T]) -> dict[str, _T]:
-        return {
-            g: state
-            for g, held in self.groups.items()
-            if isinstance(state := held.states.get(name), kind)
-        }
+        return {g: state for g in self.groups if (state := self._state(g, name, kind)) is not None}
+
+    def _state(self, group: str, name: str, kind: type[_T]) -> _T | None:
+        """Family ``name``'s state of one group, if it has one of ``kind``."""
+        held = self.groups.get(group)
+        state = None if held is None else held.states.get(name)
+        return state if isinstance(state, kind) else None
 
     def add(
         self,
@@ -290,7 +290,8 @@ class Pipeline:
         self, group: str
     ) -> tuple[float | None, dict[str, dict[int, int]], dict[str, int]]:
         """The ledger's exclusion concentration, XID counts and exclusions per node."""
-        ledger = self.ledgers.get(group) or LedgerState()
+        # one group's (a per-bucket call: not the all-groups view ``ledgers`` builds)
+        ledger = self._state(group, NodeLedger.name, LedgerState) or LedgerState()
         share, _ = ledger_concentration(ledger, self.ledger_family.params)
         exclusions = {n: len(r.exclusions) for n, r in ledger.nodes.items() if r.exclusions}
         return share, ledger_xid_counts(ledger), exclusions
