@@ -23,9 +23,8 @@ import json
 import logging
 import math
 import re
-import time
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -35,6 +34,7 @@ import httpx
 from pydantic import SecretStr
 
 from streams.ingest.series import Series
+from streams.retry import RetryCallState, fixed, retrying_blocking
 from streams.sinks.credentials import BearerAuth, without_userinfo
 
 log = logging.getLogger("peerwatch.backtest")
@@ -293,18 +293,27 @@ def history_rounds(
     chunk is parsed whole before its first round goes out, so a retry repeats nothing."""
     intern = intern if intern is not None else LabelInterner()
     for lo, hi in time_range.chunks(source.chunk_ms):
-        for wait in (*retry_waits_s, None):
-            try:
+        rounds: list[Round] = []
+        for attempt in retrying_blocking(
+            fixed(*retry_waits_s),
+            on=(SourceUnreachable, SourceBusy),
+            attempts=len(retry_waits_s) + 1,
+            before_sleep=_chunk_retry_logger(lo),
+        ):
+            with attempt:
                 rounds = rounds_of(source.chunk(lo, hi), lo, hi, source.step_ms, intern)
-                break
-            except (SourceUnreachable, SourceBusy) as exc:
-                if wait is None:
-                    raise
-                log.warning(
-                    "history_chunk_retry start=%s wait_s=%.0f error=%s", iso_time(lo), wait, exc
-                )
-                time.sleep(wait)
         yield from rounds
+
+
+def _chunk_retry_logger(lo_ms: int) -> Callable[[RetryCallState], None]:
+    def log_retry(state: RetryCallState) -> None:
+        wait = state.next_action.sleep if state.next_action else 0.0
+        error = state.outcome.exception() if state.outcome else None
+        log.warning(
+            "history_chunk_retry start=%s wait_s=%.0f error=%s", iso_time(lo_ms), wait, error
+        )
+
+    return log_retry
 
 
 def as_float(value: Any) -> float:

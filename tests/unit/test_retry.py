@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from tenacity import RetryCallState
 
-from streams.retry import doubling, growing, retrying
+from streams.retry import doubling, fixed, growing, retrying, retrying_blocking
 
 
 def _waits(wait, n: int) -> list[float]:
@@ -85,3 +85,33 @@ def test_exactly_one_retry_condition() -> None:
         retrying(doubling(1, 2))
     with pytest.raises(ValueError):
         retrying(doubling(1, 2), on=OSError, until=bool)
+
+
+def test_blocking_retries_wait_the_fixed_waits_then_raise_the_last_error() -> None:
+    calls, waited = [], []
+
+    def down() -> None:
+        calls.append(1)
+        raise ConnectionError(f"away {len(calls)}")
+
+    policy = retrying_blocking(
+        fixed(0.001, 0.002),
+        on=ConnectionError,
+        attempts=3,
+        before_sleep=lambda state: waited.append(state.next_action.sleep),  # type: ignore[union-attr]
+    )
+    with pytest.raises(ConnectionError, match="away 3"):
+        policy(down)
+    assert len(calls) == 3 and waited == [0.001, 0.002]
+
+
+def test_no_fixed_waits_retries_at_once() -> None:
+    answers = iter([ConnectionError("blip"), "ok"])
+
+    def flaky() -> str:
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    assert retrying_blocking(fixed(), on=ConnectionError, attempts=2)(flaky) == "ok"
