@@ -28,10 +28,10 @@ from streams.lab.simulator.faults import (
     LATE_SCRAPE,
     PLANNED_RESTART,
     TWO_POPULATIONS,
+    GpuFault,
     GroundTruth,
     JobFault,
     NodeFault,
-    check_gpu,
     check_window,
 )
 from streams.lab.simulator.state import RoundState
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class HotGpu(NodeFault):
+class HotGpu(GpuFault):
     """GPU ``gpu`` runs ``rise_c`` hotter than its peers (its HBM too) but not slower."""
 
     kind: ClassVar[str] = HOT_GPU
@@ -57,10 +57,6 @@ class HotGpu(NodeFault):
         check_window(self, self.onset_ms, self.end_ms)
         if not 0.0 < self.rise_c <= 40.0:
             raise ValueError(f"{self.kind}: rise_c must be within (0, 40]")
-
-    def check(self, hosts: Sequence[str], gpus_per_node: int) -> None:
-        super().check(hosts, gpus_per_node)
-        check_gpu(self, self.gpu, gpus_per_node)
 
     def apply_to(self, state: RoundState, node: int) -> None:
         if state.active(self.onset_ms, self.end_ms):

@@ -18,7 +18,7 @@ InfiniBand transmit wait. A slowdown only acts while its node trains in the job.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from abc import abstractmethod
 from dataclasses import dataclass
 from functools import cached_property
 from typing import ClassVar
@@ -28,10 +28,10 @@ import numpy as np
 from streams.lab.simulator.faults import (
     FABRIC_CONGESTION,
     POWER_CAP,
+    GpuFault,
     GroundTruth,
     JobFault,
     NodeFault,
-    check_gpu,
     check_window,
 )
 from streams.lab.simulator.state import (
@@ -57,7 +57,7 @@ def _slows_job(state: RoundState, node: int) -> bool:
 
 
 @dataclass(frozen=True)
-class GpuSlow(NodeFault):
+class GpuSlow(GpuFault):
     """One GPU computes ``slowdown`` slower (clock down, throttle ``reasons`` set).
 
     Every member's iteration time rises by ``slowdown``; the slow GPU stays busy
@@ -80,10 +80,6 @@ class GpuSlow(NodeFault):
         if self.reasons < 0:
             raise ValueError(f"{self.kind}: reasons must be a bitmask >= 0")
 
-    def check(self, hosts: Sequence[str], gpus_per_node: int) -> None:
-        super().check(hosts, gpus_per_node)
-        check_gpu(self, self.gpu, gpus_per_node)
-
     def apply_to(self, state: RoundState, node: int) -> None:
         if not state.active(self.onset_ms, self.end_ms) or not _slows_job(state, node):
             return
@@ -105,8 +101,27 @@ class GpuSlow(NodeFault):
         )
 
 
+class _NodeSlowdown(NodeFault):
+    """A node slows the whole job, no one GPU at fault: its row spans onset to ``end_ms``."""
+
+    @property
+    @abstractmethod
+    def end_ms(self) -> int:
+        """When the slowdown is over."""
+
+    @property
+    @abstractmethod
+    def slowdown(self) -> float:
+        """How much longer the job's iterations take meanwhile (0.2 = +20 %)."""
+
+    def ground_truth(self) -> GroundTruth:
+        return GroundTruth(
+            self.kind, self.node, None, self.onset_ms, end_ms=self.end_ms, slowdown=self.slowdown
+        )
+
+
 @dataclass(frozen=True)
-class CpuContention(NodeFault):
+class CpuContention(_NodeSlowdown):
     """Another process hogs the node's CPUs for ``duration_s`` (GREYHOUND: mean 10 min).
 
     The node's CPUs run ~``cpu_busy`` busy, ``extra_runnable`` threads queue
@@ -144,14 +159,9 @@ class CpuContention(NodeFault):
         if _slows_job(state, node):
             state.slow_job(1.0 + self.slowdown)
 
-    def ground_truth(self) -> GroundTruth:
-        return GroundTruth(
-            self.kind, self.node, None, self.onset_ms, end_ms=self.end_ms, slowdown=self.slowdown
-        )
-
 
 @dataclass(frozen=True)
-class NetworkCongestion(NodeFault):
+class NetworkCongestion(_NodeSlowdown):
     """The node's links congest for ``duration_s``, on and off (GREYHOUND: mean 24 min, +15 %).
 
     While congested its InfiniBand transmit wait runs ``wait_factor`` times
@@ -211,14 +221,9 @@ class NetworkCongestion(NodeFault):
         if _slows_job(state, node):
             state.slow_job(1.0 + self.slowdown)
 
-    def ground_truth(self) -> GroundTruth:
-        return GroundTruth(
-            self.kind, self.node, None, self.onset_ms, end_ms=self.end_ms, slowdown=self.slowdown
-        )
-
 
 @dataclass(frozen=True)
-class CompoundCongestionThermal(NodeFault):
+class CompoundCongestionThermal(_NodeSlowdown):
     """Congestion on the node's links plus thermal throttling of its GPUs (a production case).
 
     The job runs at ``throughput`` of its normal pace (GREYHOUND: 10 %). The
@@ -269,11 +274,6 @@ class CompoundCongestionThermal(NodeFault):
         state.sm_clock_mhz[node] /= thermal
         state.clock_reasons[node] |= CLOCK_SW_THERMAL | CLOCK_HW_THERMAL
         state.gpu_power_w[node] *= 0.6
-
-    def ground_truth(self) -> GroundTruth:
-        return GroundTruth(
-            self.kind, self.node, None, self.onset_ms, end_ms=self.end_ms, slowdown=self.slowdown
-        )
 
 
 @dataclass(frozen=True)

@@ -151,13 +151,23 @@ def check_gpu(fault: Fault, gpu: int, gpus_per_node: int) -> None:
         raise ValueError(f"{fault.kind}: gpu {gpu} outside 0..{gpus_per_node - 1}")
 
 
+class GpuFault(NodeFault):
+    """A fault on one GPU (``gpu``) of one node: ``check`` bounds the GPU's index too."""
+
+    gpu: int
+
+    def check(self, hosts: Sequence[str], gpus_per_node: int) -> None:
+        super().check(hosts, gpus_per_node)
+        check_gpu(self, self.gpu, gpus_per_node)
+
+
 def check_window(fault: Fault, onset_ms: int, end_ms: int | None) -> None:
     if end_ms is not None and end_ms <= onset_ms:
         raise ValueError(f"{fault.kind}: end_ms must be after onset_ms")
 
 
 @dataclass(frozen=True)
-class NvlinkBusFault(NodeFault):
+class NvlinkBusFault(GpuFault):
     """An NVLink error followed by the GPU falling off the bus (report: XID 145/149 then 79).
 
     Abrupt at onset, all in the onset's bucket: the node's interrupt rate
@@ -197,10 +207,6 @@ class NvlinkBusFault(NodeFault):
     @property
     def stops_job_at_ms(self) -> int | None:
         return self.onset_ms
-
-    def check(self, hosts: Sequence[str], gpus_per_node: int) -> None:
-        super().check(hosts, gpus_per_node)
-        check_gpu(self, self.gpu, gpus_per_node)
 
     def apply_to(self, state: RoundState, node: int) -> None:
         if not state.reached(self.onset_ms):
@@ -289,7 +295,7 @@ class NodeSilent(NodeFault):
 
 
 @dataclass(frozen=True)
-class EccFault(NodeFault):
+class EccFault(GpuFault):
     """A contained ECC error (XID 94 on ``gpu``): the job dies a bucket later, the node stays.
 
     Report: at the XID the node's NFS GETATTR response time and
@@ -318,10 +324,6 @@ class EccFault(NodeFault):
     @property
     def stops_job_at_ms(self) -> int | None:
         return self.onset_ms
-
-    def check(self, hosts: Sequence[str], gpus_per_node: int) -> None:
-        super().check(hosts, gpus_per_node)
-        check_gpu(self, self.gpu, gpus_per_node)
 
     def apply_to(self, state: RoundState, node: int) -> None:
         if not state.reached(self.onset_ms):

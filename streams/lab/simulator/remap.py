@@ -20,14 +20,14 @@ full-resolution run around the disappearance shows them too.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import ClassVar
 
 import numpy as np
 
-from streams.lab.simulator.faults import GroundTruth, NodeFault, check_gpu
+from streams.lab.simulator.faults import GpuFault, GroundTruth
 from streams.lab.simulator.state import TRAINER, RoundState
 
 DAY_MS = 86_400_000
@@ -35,7 +35,7 @@ WEEK_MS = 7 * DAY_MS
 
 
 @dataclass(frozen=True)
-class RowRemapCreep(NodeFault):
+class RowRemapCreep(GpuFault):
     """Correctable remapped rows creep, then surge, then the GPU falls off the host.
 
     From ``onset_ms`` the GPU remaps ``creep_rows`` rows at random times until
@@ -74,10 +74,6 @@ class RowRemapCreep(NodeFault):
     @property
     def stops_job_at_ms(self) -> int | None:
         return self.gone_ms
-
-    def check(self, hosts: Sequence[str], gpus_per_node: int) -> None:
-        super().check(hosts, gpus_per_node)
-        check_gpu(self, self.gpu, gpus_per_node)
 
     @property
     def remap_times_ms(self) -> np.ndarray:
@@ -118,7 +114,7 @@ def _remap_times(fault: RowRemapCreep) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class UncorrectableRemap(NodeFault):
+class UncorrectableRemap(GpuFault):
     """Uncorrectable remapped rows rise on ``gpu``, then XID 94 at once: the job dies.
 
     At ``onset_ms`` ``rows`` uncorrectable remaps appear with the pending flag
@@ -147,10 +143,6 @@ class UncorrectableRemap(NodeFault):
     @property
     def stops_job_at_ms(self) -> int | None:
         return self.xid_ms
-
-    def check(self, hosts: Sequence[str], gpus_per_node: int) -> None:
-        super().check(hosts, gpus_per_node)
-        check_gpu(self, self.gpu, gpus_per_node)
 
     def apply_to(self, state: RoundState, node: int) -> None:
         if not state.reached(self.onset_ms):
