@@ -101,88 +101,51 @@ def is_stale_marker(v: float) -> bool:
 # --- schema -------------------------------------------------------------------------------------
 
 _F = descriptor_pb2.FieldDescriptorProto
-_OPTIONAL, _REPEATED = _F.LABEL_OPTIONAL, _F.LABEL_REPEATED
 
-
-def _add_message(
-    file: descriptor_pb2.FileDescriptorProto,
-    name: str,
-    fields: Iterable[tuple[str, int, int, int, str]],
-) -> None:
-    message = file.message_type.add(name=name)
-    for field_name, number, field_type, label, type_name in fields:
-        added = message.field.add(name=field_name, number=number, type=field_type, label=label)
-        if type_name:
-            added.type_name = type_name
-
-
-def _schema() -> descriptor_pb2.FileDescriptorProto:
-    """prompb's remote_write 1.0 messages (types.proto + remote.proto), plus the decoding view."""
-    file = descriptor_pb2.FileDescriptorProto(
-        name="peerwatch/prompb_remote_write.proto", package="prometheus", syntax="proto3"
-    )
-    _add_message(
-        file,
-        "Label",
-        [
-            ("name", 1, _F.TYPE_STRING, _OPTIONAL, ""),
-            ("value", 2, _F.TYPE_STRING, _OPTIONAL, ""),
-        ],
-    )
-    _add_message(
-        file,
-        "Sample",
-        [
-            ("value", 1, _F.TYPE_DOUBLE, _OPTIONAL, ""),
-            ("timestamp", 2, _F.TYPE_INT64, _OPTIONAL, ""),
-        ],
-    )
-    _add_message(
-        file,
-        "TimeSeries",
-        [
-            ("labels", 1, _F.TYPE_MESSAGE, _REPEATED, ".prometheus.Label"),
-            ("samples", 2, _F.TYPE_MESSAGE, _REPEATED, ".prometheus.Sample"),
-        ],
-    )
+# prompb's remote_write 1.0 messages (types.proto + remote.proto), plus the decoding
+# views, as data: message -> (field, number, scalar type or message type name). Every
+# message or bytes field of these is repeated, every scalar one optional.
+_MESSAGES: dict[str, list[tuple[str, int, int | str]]] = {
+    "Label": [("name", 1, _F.TYPE_STRING), ("value", 2, _F.TYPE_STRING)],
+    "Sample": [("value", 1, _F.TYPE_DOUBLE), ("timestamp", 2, _F.TYPE_INT64)],
+    "TimeSeries": [("labels", 1, ".prometheus.Label"), ("samples", 2, ".prometheus.Sample")],
     # MetricMetadata.type is an enum on the wire; an int32 reads the same varint.
-    _add_message(
-        file,
-        "MetricMetadata",
-        [
-            ("type", 1, _F.TYPE_INT32, _OPTIONAL, ""),
-            ("metric_family_name", 2, _F.TYPE_STRING, _OPTIONAL, ""),
-            ("help", 4, _F.TYPE_STRING, _OPTIONAL, ""),
-            ("unit", 5, _F.TYPE_STRING, _OPTIONAL, ""),
-        ],
-    )
-    _add_message(
-        file,
-        "WriteRequest",
-        [
-            ("timeseries", 1, _F.TYPE_MESSAGE, _REPEATED, ".prometheus.TimeSeries"),
-            ("metadata", 3, _F.TYPE_MESSAGE, _REPEATED, ".prometheus.MetricMetadata"),
-        ],
-    )
+    "MetricMetadata": [
+        ("type", 1, _F.TYPE_INT32),
+        ("metric_family_name", 2, _F.TYPE_STRING),
+        ("help", 4, _F.TYPE_STRING),
+        ("unit", 5, _F.TYPE_STRING),
+    ],
+    "WriteRequest": [
+        ("timeseries", 1, ".prometheus.TimeSeries"),
+        ("metadata", 3, ".prometheus.MetricMetadata"),
+    ],
     # Same wire formats as WriteRequest and TimeSeries, but a TimeSeries (resp. a
     # Label) stays undecoded bytes: a length-delimited field reads as bytes or as a
     # message alike. Raw bytes are what the decoder's caches are keyed by.
-    _add_message(
-        file,
-        "TimeSeriesView",
-        [
-            ("labels", 1, _F.TYPE_BYTES, _REPEATED, ""),
-            ("samples", 2, _F.TYPE_MESSAGE, _REPEATED, ".prometheus.Sample"),
-        ],
+    "TimeSeriesView": [("labels", 1, _F.TYPE_BYTES), ("samples", 2, ".prometheus.Sample")],
+    "WriteRequestView": [
+        ("timeseries", 1, _F.TYPE_BYTES),
+        ("metadata", 3, ".prometheus.MetricMetadata"),
+    ],
+}
+
+
+def _schema() -> descriptor_pb2.FileDescriptorProto:
+    """``_MESSAGES`` as one proto3 file of package ``prometheus``."""
+    file = descriptor_pb2.FileDescriptorProto(
+        name="peerwatch/prompb_remote_write.proto", package="prometheus", syntax="proto3"
     )
-    _add_message(
-        file,
-        "WriteRequestView",
-        [
-            ("timeseries", 1, _F.TYPE_BYTES, _REPEATED, ""),
-            ("metadata", 3, _F.TYPE_MESSAGE, _REPEATED, ".prometheus.MetricMetadata"),
-        ],
-    )
+    for name, fields in _MESSAGES.items():
+        message = file.message_type.add(name=name)
+        for field_name, number, kind in fields:
+            added = message.field.add(name=field_name, number=number)
+            if isinstance(kind, str):
+                added.type, added.type_name = _F.TYPE_MESSAGE, kind
+            else:
+                added.type = kind
+            repeated = added.type in (_F.TYPE_MESSAGE, _F.TYPE_BYTES)
+            added.label = _F.LABEL_REPEATED if repeated else _F.LABEL_OPTIONAL
     return file
 
 
