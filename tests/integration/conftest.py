@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import pytest
 import yaml
@@ -44,7 +45,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
 
 
-def start_or_fail(service: KafkaKRaft | EmbeddedBroker | Alertmanager) -> None:
+class Service(Protocol):
+    """What the launchers' processes share: a name for the error, start and stop."""
+
+    name: str
+
+    def start(self) -> object: ...
+
+    def stop(self) -> None: ...
+
+
+ServiceT = TypeVar("ServiceT", bound=Service)
+
+
+def start_or_fail(service: Service) -> None:
     """Start ``service``, or fail the requesting tests with its error (not skip them)."""
     try:
         service.start()
@@ -55,6 +69,16 @@ def start_or_fail(service: KafkaKRaft | EmbeddedBroker | Alertmanager) -> None:
     pytest.fail(message, pytrace=False)
 
 
+@contextmanager
+def started(service: ServiceT) -> Iterator[ServiceT]:
+    """``service`` running (``start_or_fail``) for the block, stopped after it."""
+    start_or_fail(service)
+    try:
+        yield service
+    finally:
+        service.stop()
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``host:port`` of a Kafka broker that auto-creates topics (4 partitions by default)."""
@@ -62,23 +86,15 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if external:
         yield external
         return
-    kafka = KafkaKRaft(tmp_path_factory.mktemp("kafka"))
-    start_or_fail(kafka)
-    try:
+    with started(KafkaKRaft(tmp_path_factory.mktemp("kafka"))) as kafka:
         yield kafka.bootstrap
-    finally:
-        kafka.stop()
 
 
 @pytest.fixture(scope="session")
 def alertmanager_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Base URL of a fresh Alertmanager (API v2 under ``/api/v2``)."""
-    alertmanager = Alertmanager(tmp_path_factory.mktemp("alertmanager"))
-    start_or_fail(alertmanager)
-    try:
+    with started(Alertmanager(tmp_path_factory.mktemp("alertmanager"))) as alertmanager:
         yield alertmanager.url
-    finally:
-        alertmanager.stop()
 
 
 @dataclass(frozen=True)
@@ -110,12 +126,8 @@ def secured_alertmanager(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
         )
     )
     web = AlertmanagerWeb(web_config, tls.ca, {"Authorization": basic_header(user, password)})
-    alertmanager = Alertmanager(workdir, web=web)
-    start_or_fail(alertmanager)
-    try:
+    with started(Alertmanager(workdir, web=web)) as alertmanager:
         yield SecuredAlertmanager(alertmanager.url, tls, user, password)
-    finally:
-        alertmanager.stop()
 
 
 @pytest.fixture(scope="session")
@@ -125,9 +137,5 @@ def embedded_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str
     Tansu completes a consumer-group join only after about half the client's
     session timeout: use short session timeouts against it.
     """
-    broker = EmbeddedBroker(workdir=tmp_path_factory.mktemp("tansu"))
-    start_or_fail(broker)
-    try:
+    with started(EmbeddedBroker(workdir=tmp_path_factory.mktemp("tansu"))) as broker:
         yield broker.bootstrap
-    finally:
-        broker.stop()

@@ -24,7 +24,7 @@ from aiokafka import AIOKafkaConsumer
 
 from streams.advice import ADVICE_RECORD
 from streams.lab.launchers import PeerwatchProcess, Prometheus, free_port, peerwatch_env
-from tests.integration.conftest import start_or_fail
+from tests.integration.conftest import started
 
 T = TypeVar("T")
 
@@ -243,15 +243,20 @@ async def read_alert_records(bootstrap: str, topic: str, idle_s: float = 3.0) ->
     ]
 
 
-async def wait_for(predicate: Callable[[], Awaitable[T]], timeout_s: float, what: str) -> T:
+async def wait_for(
+    predicate: Callable[[], Awaitable[T]], timeout_s: float, what: str, every_s: float = 0.5
+) -> T:
+    """Poll the async ``predicate`` until it returns something truthy; that value, or fail."""
     deadline = time.monotonic() + timeout_s
     while True:
         value = await predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        await asyncio.sleep(0.5)
+            pytest.fail(
+                f"timed out after {timeout_s:.0f} s waiting for {what} (last value {value!r:.300})"
+            )
+        await asyncio.sleep(every_s)
 
 
 def epoch_ms(rfc3339: str) -> int:
@@ -263,9 +268,5 @@ def prometheus_running(workdir: Path, config: dict[str, Any]) -> Iterator[Promet
     """Debian's Prometheus with ``config`` (a prometheus.yml as a mapping), stopped after."""
     path = workdir / "prometheus.yml"
     path.write_text(yaml.safe_dump(config))
-    server = Prometheus(workdir / "prometheus", path)
-    start_or_fail(server)
-    try:
+    with started(Prometheus(workdir / "prometheus", path)) as server:
         yield server
-    finally:
-        server.stop()

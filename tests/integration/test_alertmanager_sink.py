@@ -27,6 +27,7 @@ from detectors.fusion import Signal
 from streams.alerting import to_payload
 from streams.lab.launchers import Alertmanager, free_port
 from streams.sinks.alertmanager import AlertmanagerSink, rfc3339
+from tests.integration import harness
 
 ARRIVE_TIMEOUT_S = 10.0
 
@@ -55,18 +56,9 @@ async def active_alerts(client: httpx.AsyncClient, base_url: str, alertname: str
     return list(reply.json())
 
 
-async def wait_for(
-    check: Callable[[], Any], timeout_s: float = ARRIVE_TIMEOUT_S, every_s: float = 0.1
-) -> Any:
-    """Poll the async ``check`` until it returns something truthy; that value, or fail."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = await check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"condition not met within {timeout_s:.0f} s (last value {value!r})")
-        await asyncio.sleep(every_s)
+async def wait_for(check: Callable[[], Any], timeout_s: float = ARRIVE_TIMEOUT_S) -> Any:
+    """``harness.wait_for`` at Alertmanager's pace (it answers within milliseconds)."""
+    return await harness.wait_for(check, timeout_s, "Alertmanager's view", every_s=0.1)
 
 
 def parse_time(text: str) -> datetime:

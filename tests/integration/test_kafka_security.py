@@ -29,7 +29,7 @@ import pytest
 from streams.kafka import KafkaLoginError, raise_if_login_refused
 from streams.lab.launchers import KafkaKRaft, PeerwatchProcess, free_port
 from streams.settings import Settings
-from tests.integration.conftest import start_or_fail
+from tests.integration.conftest import started
 from tests.integration.harness import (
     Deployment,
     TlsFiles,
@@ -117,11 +117,8 @@ def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureKaf
         properties="\n".join(properties) + "\n",
         scram=scram,
     )
-    start_or_fail(broker)
-    try:
+    with started(broker):
         yield SecureKafka(broker, tls)
-    finally:
-        broker.stop()
 
 
 @pytest.mark.parametrize(

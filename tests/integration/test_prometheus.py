@@ -21,7 +21,7 @@ from aiokafka import AIOKafkaConsumer
 
 from streams.deploy_config import WriterAuth, catalog_metric_names, remote_write_config
 from streams.lab.launchers import NodeExporter, Prometheus
-from tests.integration.conftest import start_or_fail
+from tests.integration.conftest import start_or_fail, started
 from tests.integration.harness import (
     Deployment,
     make_tls_files,
@@ -64,12 +64,8 @@ def prometheus_yml(
 
 @pytest.fixture
 def node_exporter(tmp_path: Path) -> Iterator[NodeExporter]:
-    exporter = NodeExporter(tmp_path)
-    start_or_fail(exporter)
-    try:
+    with started(NodeExporter(tmp_path)) as exporter:
         yield exporter
-    finally:
-        exporter.stop()
 
 
 @pytest.fixture
