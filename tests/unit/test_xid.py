@@ -16,21 +16,10 @@ from detectors.xid.escalation import EscalationParams, XidDecision, XidEscalator
 from detectors.xid.events import XidEvent
 from detectors.xid.gauge import XidGaugeParams, XidGaugeTracker
 from detectors.xid.kernel_log import normalize_pci_bus_id, parse_kernel_line
-from streams.catalog import load_xid_catalog
 
 S = 1_000
 MIN = 60 * S
 H = 60 * MIN
-
-
-@pytest.fixture(scope="module")
-def nvidia() -> XidCatalog:
-    return load_xid_catalog("nvidia")
-
-
-@pytest.fixture(scope="module")
-def report() -> XidCatalog:
-    return load_xid_catalog("report")
 
 
 # --------------------------------------------------------------------------- kernel lines

@@ -14,16 +14,6 @@ from detectors.xid.catalog import XidCatalog, XidEntry
 from streams.catalog import load_xid_catalog, xid_catalog_data
 
 
-@pytest.fixture(scope="module")
-def nvidia() -> XidCatalog:
-    return load_xid_catalog("nvidia")
-
-
-@pytest.fixture(scope="module")
-def report() -> XidCatalog:
-    return load_xid_catalog("report")
-
-
 def minimal(**xids: dict[str, Any]) -> dict[str, Any]:
     """Catalog data with one profile "p" holding ``xids`` (keys like x79 → "79")."""
     return {
