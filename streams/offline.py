@@ -9,13 +9,12 @@ it with the real Kafka path.
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from detectors.vocabulary import AlertChange
 from streams.frames import Frame
+from streams.gc_pause import gc_paused
 from streams.ingest.builder import FrameBuilder, frame_builder_for
 from streams.ingest.series import Series
 from streams.pipeline import Pipeline, Scored
@@ -58,7 +57,7 @@ def score_rounds(
         # third of an evaluation's time. So the collector waits from the round's
         # making until the builder has it; the Series die by refcount, and what the
         # builder keeps (contribution tuples, partial frames) is collected as usual.
-        with _gc_paused():
+        with gc_paused():
             item = next(pending, None)
             if item is None:
                 break
@@ -74,19 +73,6 @@ def score_rounds(
     yield frames, _feed(pipeline, frames, now_s + settings.grace_s)
     if before_round is not None:
         before_round(pipeline, None)
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Hold the cyclic garbage collector (if on) for the block; nothing is lost, only later."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def _feed(pipeline: Pipeline, frames: list[Frame], now_s: float) -> list[Scored]:

@@ -34,12 +34,11 @@ its series count.
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Iterator
-from contextlib import contextmanager
 
 import numpy as np
 
+from streams.gc_pause import gc_paused
 from streams.ingest.series import Series
 from streams.lab.simulator.activity import (
     ExtraNoise,
@@ -75,26 +74,8 @@ _ROUND_STREAM = 2
 _EXTRA_ROUND_STREAM = 4
 
 
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Hold the cyclic garbage collector while a round's series are built.
-
-    A round allocates thousands of small acyclic objects; left on, the collector
-    runs several times per round and rescans every series still held downstream,
-    which more than doubles the cost of a round.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-
-
 def _make_series(labels: list, stamps: list, values: list) -> list[Series]:
-    with _gc_paused():
+    with gc_paused():
         return [Series(lbl, [(t, v)]) for lbl, t, v in zip(labels, stamps, values, strict=True)]
 
 
@@ -522,7 +503,7 @@ class ClusterSimulator:
         iteration = round(self._iteration_s, 4)
         tokens = round(self.config.calibration.tokens_per_iteration / self._iteration_s, 1)
         out: list[Series] = []
-        with _gc_paused():
+        with gc_paused():
             for node in np.flatnonzero(up).tolist():
                 at = int(ts[node, TRAINER] + shift[node])
                 it_labels, tok_labels = labels[node]
