@@ -54,7 +54,7 @@ BENCHES = (
         (),
         ("--nodes", "120", "--warmup", "2", "--buckets", "2", "--repeat", "1", "--no-stages"),
     ),
-    Bench("worker-kafka", "bench.worker_kafka", (), ("--nodes", "120", "--buckets", "2")),
+    Bench("worker-kafka", "bench.worker_kafka", (), ("--nodes", "120", "--buckets", "3")),
     Bench("frame-codec", "bench.frame_codec", (), ("--frames", "200", "--repeat", "1")),
     Bench(
         "e2e",
