@@ -384,9 +384,17 @@ REMAP_KINDS = ("correctable", "uncorrectable", "pending", "failure")
 class GroupSeries:
     """Series labelled by group first, replaced as a set per group and dropped with it."""
 
-    def __init__(self) -> None:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
         # group -> metric -> label values (after the group) -> the series exported for it now
         self._held: dict[str, dict[Gauge | Counter, dict[tuple[str, ...], Any]]] = {}
+
+    def _gauge(self, name: str, text: str, labels: tuple[str, ...] = ()) -> Gauge:
+        """A gauge labelled by group first, then ``labels`` (what ``_replace`` removes by)."""
+        return Gauge(name, text, ["group", *labels], registry=self._registry)
+
+    def _counter(self, name: str, text: str, labels: tuple[str, ...] = ()) -> Counter:
+        return Counter(name, text, ["group", *labels], registry=self._registry)
 
     def forget(self, group: str) -> None:
         for metric, held in self._held.pop(group, {}).items():
@@ -420,33 +428,29 @@ class NodeSeries(GroupSeries):
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        super().__init__()
-        self.score = Gauge(
+        super().__init__(registry)
+        self.score = self._gauge(
             "peerwatch_node_score",
             "the node's fused deviation score among its peers in the group's last scored "
             "bucket (scored nodes only; 0 = typical)",
-            ["group", "node"],
-            registry=registry,
+            ("node",),
         )
-        self.remapped_rows = Gauge(
+        self.remapped_rows = self._gauge(
             "peerwatch_node_remapped_rows",
             "DCGM row remapping summed over the node's GPUs in the last scored bucket "
             "(rows correctable/uncorrectable, GPUs pending/failed); nodes with any only",
-            ["group", "node", "kind"],
-            registry=registry,
+            ("node", "kind"),
         )
-        self.alert_firing = Gauge(
+        self.alert_firing = self._gauge(
             "peerwatch_alert_firing",
             "1 for each alert firing after the group's last scored bucket "
             "(node empty: a group alert)",
-            ["group", "node", "alertname", "severity"],
-            registry=registry,
+            ("node", "alertname", "severity"),
         )
-        self.xid_alerts = Counter(
+        self.xid_alerts = self._counter(
             "peerwatch_node_xid_alerts",
             "PeerwatchXid alerts raised (a new XID, or a new action for one) by node and XID",
-            ["group", "node", "xid"],
-            registry=registry,
+            ("node", "xid"),
         )
 
     def observe(
@@ -492,43 +496,36 @@ class AdvisorSeries(GroupSeries):
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        super().__init__()
-        self.advice = Counter(
+        super().__init__(registry)
+        self.advice = self._counter(
             "peerwatch_advice",
             "advice given (peerwatch.alerts advice records), by advisor and kind",
-            ["group", "advisor", "kind"],
-            registry=registry,
+            ("advisor", "kind"),
         )
-        self.retry_chains = Gauge(
+        self.retry_chains = self._gauge(
             "peerwatch_retry_chains",
             "automatic retry chains of the group's jobs: opened, recovered (a retry trained)",
-            ["group", "outcome"],
-            registry=registry,
+            ("outcome",),
         )
-        self.retry_downtime = Gauge(
+        self.retry_downtime = self._gauge(
             "peerwatch_retry_downtime_median_seconds",
             "median downtime from a training attempt's failure to training again, by who "
             "restarted it (auto, manual)",
-            ["group", "trigger"],
-            registry=registry,
+            ("trigger",),
         )
-        self.ledger_concentration = Gauge(
+        self.ledger_concentration = self._gauge(
             "peerwatch_ledger_exclusion_concentration",
             "share of the group's node exclusions in the ledger's window held by its top-k nodes",
-            ["group"],
-            registry=registry,
         )
-        self.ledger_xids = Gauge(
+        self.ledger_xids = self._gauge(
             "peerwatch_ledger_node_xids",
             "XIDs per node and code in the ledger's window (nodes with any only)",
-            ["group", "node", "xid"],
-            registry=registry,
+            ("node", "xid"),
         )
-        self.ledger_exclusions = Gauge(
+        self.ledger_exclusions = self._gauge(
             "peerwatch_ledger_node_exclusions",
             "times the node was left out of a job's next attempt, in the ledger's window",
-            ["group", "node"],
-            registry=registry,
+            ("node",),
         )
 
     def count_advice(self, advice: Iterable[Advice]) -> None:
@@ -572,54 +569,49 @@ class CheckpointSeries(GroupSeries):
     (its advisors' state does)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        super().__init__()
-
-        def gauge(name: str, text: str, *labels: str) -> Gauge:
-            return Gauge(name, text, ["group", *labels], registry=registry)
-
-        self.interval = gauge(
+        super().__init__(registry)
+        self.interval = self._gauge(
             "peerwatch_checkpoint_interval_seconds",
             "median time between the job's checkpoint saves (actual) and Young/Daly's "
             "sqrt(2 x save cost x MTBF) (optimal)",
-            "kind",
+            ("kind",),
         )
-        self.overhead = gauge(
+        self.overhead = self._gauge(
             "peerwatch_checkpoint_overhead_ratio",
             "expected share of time lost to saves and rework, at the actual and the optimal "
             "interval: cost/T + T/(2 MTBF)",
-            "kind",
+            ("kind",),
         )
-        self.mtbf = gauge(
+        self.mtbf = self._gauge(
             "peerwatch_checkpoint_mtbf_seconds",
             "the job's mean time between failures: time run over failures seen, with the prior",
         )
-        self.failures = gauge(
+        self.failures = self._gauge(
             "peerwatch_checkpoint_failures",
             "failures the interval advice counted (XID fail-stops, job deaths; one per outage)",
         )
-        self.save_cost = gauge(
+        self.save_cost = self._gauge(
             "peerwatch_checkpoint_save_cost_seconds",
             "training time the group's last checkpoint save took (its GPU-util dip)",
         )
-        self.load = gauge(
+        self.load = self._gauge(
             "peerwatch_checkpoint_load_seconds", "length of the group's last restart load"
         )
-        self.bytes = gauge(
+        self.bytes = self._gauge(
             "peerwatch_checkpoint_bytes",
             "NFS bytes of the group's last checkpoint save / restart load",
-            "direction",
+            ("direction",),
         )
-        self.storage_share = gauge(
+        self.storage_share = self._gauge(
             "peerwatch_checkpoint_storage_bandwidth_ratio",
             "the last save's / load's mean rate over the storage's maximum (write / read)",
-            "direction",
+            ("direction",),
         )
-        self.rpc = gauge(
+        self.rpc = self._gauge(
             "peerwatch_checkpoint_nfs_request_seconds",
             "seconds per NFS request in the last save (WRITE) / load (READ), queued and "
             "waiting for the response (node mean)",
-            "operation",
-            "part",
+            ("operation", "part"),
         )
 
     def observe(self, group: str, state: CheckpointState) -> None:
