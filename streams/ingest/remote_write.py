@@ -343,25 +343,19 @@ class WriteRequestDecoder:
                         continue
             # Fast path: a known label prefix followed by exactly one sample.
             if raw[-_TAIL_VALUE_LEN:-15] == _TAIL_VALUE and raw[-7] == _TS_TAG:
-                labels = get_labels(raw[:-_TAIL_VALUE_LEN])
-                if labels is not None:
-                    ts_bytes = raw[-6:]
-                    ts = get_ts(ts_bytes)
-                    if ts is None:
-                        ts = self._timestamp(ts_bytes)
-                    if ts is not None:
-                        append(Series(labels, [(ts, unpack_double(raw, len(raw) - 15)[0])]))
-                        continue
+                head, value = raw[:-_TAIL_VALUE_LEN], unpack_double(raw, len(raw) - 15)[0]
             elif raw[-_TAIL_ZERO_LEN:-6] == _TAIL_ZERO:
-                labels = get_labels(raw[:-_TAIL_ZERO_LEN])
-                if labels is not None:
-                    ts_bytes = raw[-6:]
-                    ts = get_ts(ts_bytes)
-                    if ts is None:
-                        ts = self._timestamp(ts_bytes)
-                    if ts is not None:
-                        append(Series(labels, [(ts, 0.0)]))
-                        continue
+                head, value = raw[:-_TAIL_ZERO_LEN], 0.0
+            else:
+                head = None
+            if head is not None and (labels := get_labels(head)) is not None:
+                ts_bytes = raw[-6:]
+                ts = get_ts(ts_bytes)
+                if ts is None:
+                    ts = self._timestamp(ts_bytes)
+                if ts is not None:
+                    append(Series(labels, [(ts, value)]))
+                    continue
             series = self._decode_series(raw)
             if series is not None:
                 append(series)
