@@ -28,6 +28,7 @@ import numpy as np
 from streams.lab.simulator.faults import (
     FABRIC_CONGESTION,
     POWER_CAP,
+    Fault,
     GpuFault,
     GroundTruth,
     JobFault,
@@ -46,10 +47,6 @@ from streams.lab.simulator.state import (
 def _check_slowdown(kind: str, slowdown: float) -> None:
     if not 0.0 < slowdown <= 50.0:
         raise ValueError(f"{kind}: slowdown must be within (0, 50], got {slowdown}")
-
-
-def _end(onset_ms: int, duration_s: float | None) -> int | None:
-    return None if duration_s is None else onset_ms + int(duration_s * 1000)
 
 
 def _slows_job(state: RoundState, node: int) -> bool:
@@ -101,13 +98,16 @@ class GpuSlow(GpuFault):
         )
 
 
-class _NodeSlowdown(NodeFault):
-    """A node slows the whole job, no one GPU at fault: its row spans onset to ``end_ms``."""
+class _Slowdown(Fault):
+    """The job slows for ``duration_s`` from the onset, no one GPU at fault: its row spans
+    onset to ``end_ms`` with the ``slowdown`` (a node's fault, or job-wide with no node)."""
+
+    duration_s: float
 
     @property
-    @abstractmethod
     def end_ms(self) -> int:
-        """When the slowdown is over."""
+        """When the slowdown is over: ``duration_s`` after its onset."""
+        return self.onset_ms + int(self.duration_s * 1000)
 
     @property
     @abstractmethod
@@ -121,7 +121,7 @@ class _NodeSlowdown(NodeFault):
 
 
 @dataclass(frozen=True)
-class CpuContention(_NodeSlowdown):
+class CpuContention(NodeFault, _Slowdown):
     """Another process hogs the node's CPUs for ``duration_s`` (GREYHOUND: mean 10 min).
 
     The node's CPUs run ~``cpu_busy`` busy, ``extra_runnable`` threads queue
@@ -145,10 +145,6 @@ class CpuContention(_NodeSlowdown):
         if self.duration_s <= 0 or not 0.0 < self.cpu_busy <= 1.0 or self.extra_runnable < 0:
             raise ValueError(f"{self.kind}: need duration_s > 0, 0 < cpu_busy <= 1, runnable >= 0")
 
-    @property
-    def end_ms(self) -> int:
-        return self.onset_ms + int(self.duration_s * 1000)
-
     def apply_to(self, state: RoundState, node: int) -> None:
         if not state.active(self.onset_ms, self.end_ms):
             return
@@ -161,7 +157,7 @@ class CpuContention(_NodeSlowdown):
 
 
 @dataclass(frozen=True)
-class NetworkCongestion(_NodeSlowdown):
+class NetworkCongestion(NodeFault, _Slowdown):
     """The node's links congest for ``duration_s``, on and off (GREYHOUND: mean 24 min, +15 %).
 
     While congested its InfiniBand transmit wait runs ``wait_factor`` times
@@ -223,7 +219,7 @@ class NetworkCongestion(_NodeSlowdown):
 
 
 @dataclass(frozen=True)
-class CompoundCongestionThermal(_NodeSlowdown):
+class CompoundCongestionThermal(NodeFault, _Slowdown):
     """Congestion on the node's links plus thermal throttling of its GPUs (a production case).
 
     The job runs at ``throughput`` of its normal pace (GREYHOUND: 10 %). The
@@ -252,10 +248,6 @@ class CompoundCongestionThermal(_NodeSlowdown):
             )
 
     @property
-    def end_ms(self) -> int:
-        return self.onset_ms + int(self.duration_s * 1000)
-
-    @property
     def slowdown(self) -> float:
         return 1.0 / self.throughput - 1.0
 
@@ -277,7 +269,7 @@ class CompoundCongestionThermal(_NodeSlowdown):
 
 
 @dataclass(frozen=True)
-class FabricCongestion(JobFault):
+class FabricCongestion(JobFault, _Slowdown):
     """The fabric congests: every member's transmit wait rises together; no culprit.
 
     Each member's wait rate is multiplied by ``wait_factor`` (scattered by
@@ -297,10 +289,6 @@ class FabricCongestion(JobFault):
         if self.duration_s <= 0 or self.wait_factor < 1.0 or self.spread < 0:
             raise ValueError(f"{self.kind}: need duration_s > 0, wait_factor >= 1, spread >= 0")
 
-    @property
-    def end_ms(self) -> int:
-        return self.onset_ms + int(self.duration_s * 1000)
-
     def apply_to_job(self, state: RoundState) -> None:
         if not state.active(self.onset_ms, self.end_ms) or not state.training:
             return
@@ -309,14 +297,9 @@ class FabricCongestion(JobFault):
         state.ib_xmit_wait_per_s *= np.where(state.member, factor, 1.0)[:, None]
         state.slow_job(1.0 + self.slowdown)
 
-    def ground_truth(self) -> GroundTruth:
-        return GroundTruth(
-            self.kind, None, None, self.onset_ms, end_ms=self.end_ms, slowdown=self.slowdown
-        )
-
 
 @dataclass(frozen=True)
-class PowerCap(JobFault):
+class PowerCap(JobFault, _Slowdown):
     """Every member GPU is power-capped at ``cap_w``: SW power cap bit, clocks down; no culprit.
 
     All GPUs compute ``slowdown`` slower together, so nobody waits for anybody
@@ -335,10 +318,6 @@ class PowerCap(JobFault):
         if self.duration_s <= 0 or self.cap_w <= 0:
             raise ValueError(f"{self.kind}: need duration_s > 0 and cap_w > 0")
 
-    @property
-    def end_ms(self) -> int:
-        return self.onset_ms + int(self.duration_s * 1000)
-
     def apply_to_job(self, state: RoundState) -> None:
         if not state.active(self.onset_ms, self.end_ms) or not state.training:
             return
@@ -354,8 +333,3 @@ class PowerCap(JobFault):
         state.sm_clock_mhz[:] = np.where(member, state.sm_clock_mhz / factor, state.sm_clock_mhz)
         state.gpu_busy[:] = np.where(member, state.gpu_busy * factor, state.gpu_busy)
         state.slow_job(factor)
-
-    def ground_truth(self) -> GroundTruth:
-        return GroundTruth(
-            self.kind, None, None, self.onset_ms, end_ms=self.end_ms, slowdown=self.slowdown
-        )
