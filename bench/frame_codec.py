@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import msgspec
 import ormsgpack
 
-from streams.frames import Frame, FrameError, decode_frame, encode_frame
+from streams.frames import Frame, FrameError, decode_frame, encode_frame, wire_object
 
 
 class WireFrame(msgspec.Struct, forbid_unknown_fields=False):
@@ -63,21 +63,8 @@ def _as_frame(w: WireFrame) -> Frame:
     )
 
 
-def _fields(frame: Frame) -> dict[str, object]:
-    return {
-        "group": frame.group,
-        "node": frame.node,
-        "ts": frame.ts,
-        "values": frame.values,
-        "gpus": frame.gpus,
-        "left": frame.left,
-        "role": frame.role,
-        "on_hold": frame.on_hold,
-    }
-
-
 def _pack(frame: Frame) -> bytes:
-    return ormsgpack.packb(_fields(frame))
+    return ormsgpack.packb(wire_object(frame))
 
 
 def _unpack_checked(data: bytes) -> Frame:

@@ -65,18 +65,21 @@ def encode_frame(frame: Frame) -> bytes:
         bad = [k for k, v in values.items() if not math.isfinite(v)]
         if bad:
             raise FrameError(f"frame of node {frame.node!r:.80} has non-finite {bad[0]!r:.80}")
-    return orjson.dumps(
-        {
-            "group": frame.group,
-            "node": frame.node,
-            "ts": frame.ts,
-            "values": values,
-            "gpus": frame.gpus,
-            "left": frame.left,
-            "role": frame.role,
-            "on_hold": frame.on_hold,
-        }
-    )
+    return orjson.dumps(wire_object(frame))
+
+
+def wire_object(frame: Frame) -> dict[str, Any]:
+    """The frame as the object its message holds (every field, by its wire name)."""
+    return {
+        "group": frame.group,
+        "node": frame.node,
+        "ts": frame.ts,
+        "values": frame.values,
+        "gpus": frame.gpus,
+        "left": frame.left,
+        "role": frame.role,
+        "on_hold": frame.on_hold,
+    }
 
 
 _NON_FINITE = re.compile(rb"[:,\[]\s*-?(NaN|Infinity)\b")
