@@ -35,7 +35,8 @@ per-node model at 1/60 of the state, and a fault on one node barely moves it):
   u by the Wilson-Hilferty transform. Real residuals have heavier tails than
   a Gaussian (with Student-t(5) residuals the textbook χ² threshold flags
   1.5 % of healthy node-buckets instead of 0.01 %), so the threshold is
-  calibrated on data: river's ``stats.Quantile`` (P²) tracks the 99.9th
+  calibrated on data: a P² estimator (:mod:`detectors.quantile`, river's
+  ``stats.Quantile`` arithmetic as JSON state) tracks the 99.9th
   percentile of u over healthy node-buckets, its ratio to the normal one
   (3.09) gives a tail scale σ >= 1, and the score is Φ(u / σ). In an offline
   check with Gaussian, t(8), t(5) and t(3) residuals at 10 and 305 features
@@ -66,33 +67,34 @@ learning bucket plus one inverse, scoring one nodes x F x F product.
 ``learn_every`` amortises the inverse for large F (learn from every k-th
 bucket); ``phase`` staggers groups so they do not all invert in the same bucket.
 
-Serialisation: :meth:`GroupModel.to_dict` is JSON-safe: μ and the upper
-triangle of E[xxᵀ] as base64 float64 (no pickle); the river quantile sketches
-are pickled to base64 (~300 bytes each) and read back through an unpickler
-that admits only that class.
+Serialisation: :meth:`GroupModel.to_dict` is JSON-safe, by the state codec
+(:class:`ModelState`): μ and the upper triangle of E[xxᵀ] as base64 float64,
+the quantile sketches as their numbers. No pickle is written; a state saved
+when the sketches were river's pickled objects is read once through an
+unpickler that admits only river's two quantile classes (as inert stand-ins:
+no river code runs) and continues with the same numbers.
 """
 
 from __future__ import annotations
 
 import base64
-import copy
 import io
 import math
 import pickle
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from river import stats
 
 from detectors.arrays import BoolArray, FloatArray
 from detectors.checks import check_ints, check_reals, is_int
-from detectors.state_codec import decode_array, encode_array
+from detectors.quantile import P2Quantile, from_river_state
+from detectors.state_codec import FINITE_NON_NEGATIVE, JsonState, check, hook, ndarray
 
-__all__ = ["GroupModel", "MultivariateParams"]
+__all__ = ["Calibration", "GroupModel", "ModelState", "MultivariateParams"]
 
 STATE_SCHEMA = 1
 # The tail quantile the calibration tracks: far enough out to see the tail's shape (the
@@ -151,17 +153,113 @@ class MultivariateParams:
         return -math.expm1(-math.log(2.0) * self.learn_every / self.half_life_buckets)
 
 
-class _CalibrationUnpickler(pickle.Unpickler):
-    """Admits only river's quantile sketch: state read back can carry no other object."""
+class _Inert:
+    """Stand-in for river's quantile classes in a legacy pickle: keeps the state, runs nothing."""
 
-    _ALLOWED = frozenset(
-        {("river.stats.quantile", "Quantile"), ("river._river_rust.stats", "RsQuantile")}
-    )
+    state: Any = None
+
+    def __setstate__(self, state: Any) -> None:
+        self.state = state
+
+
+class _RiverQuantile(_Inert):
+    pass
+
+
+class _RsQuantile(_Inert):
+    pass
+
+
+class _LegacySketchUnpickler(pickle.Unpickler):
+    """Admits only river's quantile classes, as stand-ins: legacy state holds no other object."""
+
+    _ALLOWED = {
+        ("river.stats.quantile", "Quantile"): _RiverQuantile,
+        ("river._river_rust.stats", "RsQuantile"): _RsQuantile,
+    }
 
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) not in self._ALLOWED:
             raise pickle.UnpicklingError(f"{module}.{name} is not allowed in GroupModel state")
-        return super().find_class(module, name)
+        return self._ALLOWED[(module, name)]
+
+
+def _legacy_sketch(text: str, where: str) -> P2Quantile:
+    """A river ``Quantile`` pickled to base64 (the format before this codec) as its numbers."""
+    try:
+        raw = base64.b64decode(text.encode("ascii"), validate=True)
+        outer = _LegacySketchUnpickler(io.BytesIO(raw)).load()
+        inner = outer.state["_quantile"] if isinstance(outer, _RiverQuantile) else None
+        if not isinstance(inner, _RsQuantile) or not isinstance(inner.state, bytes):
+            raise ValueError("not a river Quantile")
+        sketch = from_river_state(inner.state)
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError, EOFError) as exc:
+        raise ValueError(f"{where} is unreadable: {exc!r}") from None
+    except pickle.UnpicklingError as exc:  # not a ValueError
+        raise ValueError(f"{where} is unreadable: {exc!r}") from None
+    return sketch
+
+
+def _sketch_of(data: Any, where: str) -> P2Quantile:
+    if isinstance(data, str):
+        sketch = _legacy_sketch(data, where)
+    elif isinstance(data, Mapping):
+        sketch = P2Quantile.from_dict(data)
+    else:
+        raise ValueError(f"{where} must be a JSON object, got {type(data).__name__}")
+    if sketch.q != _TAIL_Q:
+        raise ValueError(f"{where} is not a quantile sketch of {_TAIL_Q}")
+    return sketch
+
+
+@dataclass(frozen=True)
+class Calibration(JsonState):
+    """One tail sketch and the values it has been fed."""
+
+    count: int = field(metadata=FINITE_NON_NEGATIVE)
+    sketch: P2Quantile = field(metadata=hook(P2Quantile.to_dict, _sketch_of))
+
+
+def _vector(data: Mapping[str, Any], where: str) -> tuple[int, ...]:
+    return (_n_features(data, where),)
+
+
+def _triangle(data: Mapping[str, Any], where: str) -> tuple[int, ...]:
+    n = _n_features(data, where)
+    return (n * (n + 1) // 2,)
+
+
+def _n_features(data: Mapping[str, Any], where: str) -> int:
+    features = data.get("features")
+    if not isinstance(features, list):
+        raise ValueError(f"{where}.features must be a list")
+    return len(features)
+
+
+def _finite(a: FloatArray, where: str) -> None:
+    if not np.isfinite(a).all():
+        raise ValueError(f"{where} must be finite")
+
+
+def _one_or_two(value: tuple[Calibration, ...], where: str) -> None:
+    if not 1 <= len(value) <= 2:
+        raise ValueError(f"{where} must hold one or two sketches")
+
+
+@dataclass(frozen=True)
+class ModelState(JsonState):
+    """A :class:`GroupModel`'s persisted state (its parameters come from the caller)."""
+
+    features: tuple[str, ...]
+    bucket: int = field(metadata=FINITE_NON_NEGATIVE)
+    learned: int = field(metadata=FINITE_NON_NEGATIVE)
+    rows: int = field(metadata=FINITE_NON_NEGATIVE)
+    mean: FloatArray = field(metadata={**ndarray("<f8", _vector), **check(_finite)})
+    m2_upper: FloatArray = field(metadata={**ndarray("<f8", _triangle), **check(_finite)})
+    calibration: tuple[Calibration, ...] = field(metadata=check(_one_or_two))
+
+    VERSION = ("schema", STATE_SCHEMA)
+    LABEL = "GroupModel"
 
 
 class GroupModel:
@@ -205,7 +303,7 @@ class GroupModel:
         self._mean = np.zeros(n)
         self._m2 = np.zeros((n, n))
         # Tail sketches, oldest first: [(P² sketch of u's 99.9th percentile, values fed)].
-        self._sketches: list[tuple[stats.Quantile, int]] = [(stats.Quantile(_TAIL_Q), 0)]
+        self._sketches: list[tuple[P2Quantile, int]] = [(P2Quantile(_TAIL_Q), 0)]
         self._refresh()
 
     # ------------------------------------------------------------------ state
@@ -219,7 +317,7 @@ class GroupModel:
     def tail_scale(self) -> float | None:
         """σ: how much wider healthy u runs in its tail than N(0, 1) (None: not calibrated)."""
         estimates = [q.get() for q, count in self._sketches if count >= self.params.calibration_min]
-        usable = [float(e) for e in estimates if e is not None and math.isfinite(e)]
+        usable = [e for e in estimates if e is not None and math.isfinite(e)]
         return max(1.0, max(usable) / _TAIL_Z) if usable else None
 
     @property
@@ -244,7 +342,7 @@ class GroupModel:
         other.__dict__.update(self.__dict__)
         other._mean = self._mean.copy()
         other._m2 = self._m2.copy()
-        other._sketches = [(copy.deepcopy(q), count) for q, count in self._sketches]
+        other._sketches = list(self._sketches)  # frozen sketches may be shared
         # the derived arrays are never written in place, so they may be shared
         return other
 
@@ -342,11 +440,9 @@ class GroupModel:
     def _calibrate(self, u: FloatArray) -> None:
         """Feed healthy u to the newest sketch; start a new one when it is full."""
         sketch, count = self._sketches[-1]
-        for value in u.tolist():
-            sketch.update(value)
-        self._sketches[-1] = (sketch, count + len(u))
+        self._sketches[-1] = (sketch.add_all(u.tolist()), count + len(u))
         if count + len(u) >= self.params.calibration_window:
-            self._sketches = [self._sketches[-1], (stats.Quantile(_TAIL_Q), 0)]
+            self._sketches = [self._sketches[-1], (P2Quantile(_TAIL_Q), 0)]
 
     def is_anomalous(self, scores: npt.ArrayLike) -> BoolArray:
         """Scores at or beyond the 1 - ``alpha`` quantile (NaN, i.e. no score: False)."""
@@ -391,81 +487,34 @@ class GroupModel:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict; :meth:`from_dict` rebuilds a model that scores identically."""
-        upper = self._m2[np.triu_indices(len(self.features))]
-        return {
-            "schema": STATE_SCHEMA,
-            "features": list(self.features),
-            "bucket": self._bucket,
-            "learned": self._learned,
-            "rows": self._rows,
-            "mean": _encode(self._mean),
-            "m2_upper": _encode(upper),
-            "calibration": [
-                {"count": count, "sketch": _pickle_sketch(q)} for q, count in self._sketches
-            ],
-        }
+        return ModelState(
+            features=self.features,
+            bucket=self._bucket,
+            learned=self._learned,
+            rows=self._rows,
+            mean=self._mean,
+            m2_upper=self._m2[np.triu_indices(len(self.features))],
+            calibration=tuple(Calibration(count, q) for q, count in self._sketches),
+        ).to_dict()
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], params: MultivariateParams) -> GroupModel:
         """Rebuild from :meth:`to_dict` with ``params``; ``ValueError`` if malformed."""
-        schema = data.get("schema")
-        if schema != STATE_SCHEMA:
-            raise ValueError(f"unsupported GroupModel schema {schema!r} (expected {STATE_SCHEMA})")
-        try:
-            model = cls([str(f) for f in data["features"]], params)
-            n = len(model.features)
-            counters = {k: data[k] for k in ("bucket", "learned", "rows")}
-            for key, value in counters.items():
-                if not is_int(value) or value < 0:
-                    raise ValueError(f"GroupModel.{key} must be an int >= 0, got {value!r}")
-            mean = _decode(data["mean"], n, "mean")
-            upper = _decode(data["m2_upper"], n * (n + 1) // 2, "m2_upper")
-            sketches = [_sketch_entry(entry) for entry in data["calibration"]]
-            if not 1 <= len(sketches) <= 2:
-                raise ValueError("GroupModel.calibration must hold one or two sketches")
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"malformed GroupModel state: {exc!r}") from None
-        if not (np.isfinite(mean).all() and np.isfinite(upper).all()):
-            raise ValueError("GroupModel: mean and m2 must be finite")
+        state = ModelState.from_dict(data)
+        model = cls(state.features, params)
+        n = len(model.features)
         m2 = np.zeros((n, n))
         iu = np.triu_indices(n)
-        m2[iu] = upper
-        m2.T[iu] = upper
-        model._bucket = int(counters["bucket"])
-        model._learned = int(counters["learned"])
-        model._rows = int(counters["rows"])
-        model._mean = mean
+        m2[iu] = state.m2_upper
+        m2.T[iu] = state.m2_upper
+        model._bucket = state.bucket
+        model._learned = state.learned
+        model._rows = state.rows
+        model._mean = state.mean
         model._m2 = m2
-        model._sketches = sketches
+        model._sketches = [(c.sketch, c.count) for c in state.calibration]
         model._refresh()
         return model
-
-
-def _encode(a: FloatArray) -> str:
-    return encode_array(a, "<f8")
-
-
-def _decode(text: Any, size: int, name: str) -> FloatArray:
-    decoded: FloatArray = decode_array(text, "<f8", (size,), f"GroupModel.{name}")
-    return decoded
-
-
-def _pickle_sketch(q: stats.Quantile) -> str:
-    return base64.b64encode(pickle.dumps(q, protocol=4)).decode("ascii")
-
-
-def _sketch_entry(entry: Any) -> tuple[stats.Quantile, int]:
-    count = entry["count"]
-    if not is_int(count) or count < 0:
-        raise ValueError(f"GroupModel.calibration count must be an int >= 0, got {count!r}")
-    try:
-        raw = base64.b64decode(str(entry["sketch"]).encode("ascii"), validate=True)
-        sketch = _CalibrationUnpickler(io.BytesIO(raw)).load()
-    except (ValueError, pickle.UnpicklingError, EOFError, AttributeError, IndexError) as exc:
-        raise ValueError(f"GroupModel.calibration sketch is unreadable: {exc!r}") from None
-    if not isinstance(sketch, stats.Quantile) or sketch.q != _TAIL_Q:
-        raise ValueError(f"GroupModel.calibration sketch is not a river Quantile({_TAIL_Q})")
-    return sketch, int(count)
 
 
 def _phi(z: FloatArray) -> FloatArray:
