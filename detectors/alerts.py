@@ -40,8 +40,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, replace
-from typing import Any, Literal
+from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from detectors.families import (
     GROUP_DEGRADED,
@@ -52,6 +52,7 @@ from detectors.families import (
     AlertFamily,
 )
 from detectors.lifecycle import Firing, clear, confirm, keep_identity, resolved
+from detectors.state_codec import NAN_AS_NULL, JsonState, check
 from detectors.vocabulary import AlertChange, AlertKey, Signal, Status
 
 __all__ = [
@@ -125,8 +126,12 @@ class Observation:
 ABSENT = Observation("absent")
 
 
+def _known_alertname(name: str, where: str) -> None:
+    _family(name)  # a restored alert of a family since removed is refused, named
+
+
 @dataclass(frozen=True)
-class AlertState:
+class AlertState(JsonState):
     """A pending or firing alert (inactive alerts are simply not stored).
 
     ``streak``: consecutive buckets with evidence (pending) or since the
@@ -136,57 +141,20 @@ class AlertState:
     ``score``/``signals``/``reason``: the strongest observation so far.
     """
 
-    alertname: str
+    alertname: str = field(metadata=check(_known_alertname))
     node: str | None
     phase: Phase
     streak: int
     clear_streak: int
     evidence_since_ts: int
     starts_bucket_ts: int | None
-    score: float
-    signals: tuple[Signal, ...]
-    reason: str
+    score: float = field(metadata=NAN_AS_NULL)
+    signals: tuple[Signal, ...] = ()
+    reason: str = ""
 
     @property
     def key(self) -> AlertKey:
         return (self.alertname, self.node)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "alertname": self.alertname,
-            "node": self.node,
-            "phase": self.phase,
-            "streak": self.streak,
-            "clear_streak": self.clear_streak,
-            "evidence_since_ts": self.evidence_since_ts,
-            "starts_bucket_ts": self.starts_bucket_ts,
-            "score": self.score if math.isfinite(self.score) else None,
-            "signals": [s.to_dict() for s in self.signals],
-            "reason": self.reason,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> AlertState:
-        name = str(data["alertname"])
-        _family(name)
-        phase = data["phase"]
-        if phase not in ("pending", "firing"):
-            raise ValueError(f"unknown alert phase {phase!r}")
-        node = data.get("node")
-        starts = data.get("starts_bucket_ts")
-        score = data.get("score")
-        return cls(
-            alertname=name,
-            node=None if node is None else str(node),
-            phase=phase,
-            streak=int(data["streak"]),
-            clear_streak=int(data["clear_streak"]),
-            evidence_since_ts=int(data["evidence_since_ts"]),
-            starts_bucket_ts=None if starts is None else int(starts),
-            score=math.nan if score is None else float(score),
-            signals=tuple(Signal.from_dict(s) for s in data.get("signals", ())),
-            reason=str(data.get("reason", "")),
-        )
 
 
 @dataclass(frozen=True)

@@ -63,8 +63,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -72,7 +72,8 @@ import numpy.typing as npt
 from detectors.arrays import FloatArray
 from detectors.checks import check_reals
 from detectors.features import FeatureSpec
-from detectors.vocabulary import Signal, json_float
+from detectors.state_codec import NAN_AS_NULL, JsonRecord
+from detectors.vocabulary import Signal
 
 __all__ = [
     "SILENCE_FEATURE",
@@ -131,7 +132,7 @@ class FusionParams:
 
 
 @dataclass(frozen=True)
-class GroupEvent:
+class GroupEvent(JsonRecord):
     """A feature that moved as a group in one bucket (never blames a node).
 
     For ``direction`` up/down: ``count`` nodes of the ``present`` ones with a z
@@ -145,9 +146,11 @@ class GroupEvent:
     direction: EventDirection
     count: int
     present: int
-    z: float
-    value: float
-    median: float
+    z: float = field(metadata=NAN_AS_NULL)
+    value: float = field(metadata=NAN_AS_NULL)
+    median: float = field(metadata=NAN_AS_NULL)
+
+    KEY_ORDER = ("feature", "direction", "count", "present", "fraction", "z", "value", "median")
 
     @property
     def fraction(self) -> float:
@@ -167,18 +170,6 @@ class GroupEvent:
         if self.direction == "missing":
             return Signal(self.feature, math.nan, float(self.count), float(self.present))
         return Signal(self.feature, self.z, self.value, self.median)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "feature": self.feature,
-            "direction": self.direction,
-            "count": self.count,
-            "present": self.present,
-            "fraction": self.fraction,
-            "z": json_float(self.z),
-            "value": json_float(self.value),
-            "median": json_float(self.median),
-        }
 
 
 @dataclass(frozen=True)

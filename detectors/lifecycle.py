@@ -30,39 +30,32 @@ Pure: every function returns a new :class:`Firing`; nothing here is mutated.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from detectors.state_codec import JsonState, key
 from detectors.vocabulary import AlertChange, AlertKey, Labels
 
 __all__ = ["Firing", "clear", "confirm", "expire", "keep_identity", "observe", "resolved"]
 
 
 @dataclass(frozen=True)
-class Firing:
+class Firing(JsonState):
     """A firing alert: the change as it stands (what is re-sent while active), the
     consecutive buckets without evidence, and the bucket of its last evidence."""
 
     change: AlertChange
-    last_evidence_ts: int
-    clear_streak: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "change": self.change.to_dict(),
-            "last": self.last_evidence_ts,
-            "clear": self.clear_streak,
-        }
+    last_evidence_ts: int = field(metadata=key("last"))
+    clear_streak: int = field(default=0, metadata=key("clear"))
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Firing:
-        change = AlertChange.from_dict(data["change"])
-        last = data.get("last")
-        return cls(
-            change,
-            change.bucket_ts if last is None else int(last),
-            int(data.get("clear", 0)),
-        )
+    def filled(cls, data: Mapping[str, Any]) -> Mapping[str, Any]:
+        """A snapshot from before ``last`` was kept: the evidence was last seen when the
+        change was last sent."""
+        change = data.get("change")
+        if data.get("last") is not None or not isinstance(change, Mapping):
+            return data
+        return {**data, "last": change.get("bucket_ts")}
 
 
 def resolved(change: AlertChange, bucket_ts: int, why: str | None = None) -> AlertChange:

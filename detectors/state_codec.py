@@ -7,13 +7,18 @@ rebuilds ``cls`` from that, converting each field by its annotation and raising
 from ``data`` takes its default (states saved before the field existed restore).
 
 A field whose compact form differs (numpy arrays as base64, a value only
-finite) says so with ``field(metadata=hook(encode, decode))`` or
-``field(metadata=check(validate))``; the dataclass's own ``__post_init__`` still
-runs. A state class gets ``to_dict``/``from_dict`` by inheriting :class:`JsonState`,
+finite, NaN as null) says so with ``field(metadata=hook(encode, decode))`` or
+``field(metadata=check(validate))``; one persisted under another name with
+``key(name)``, one left out while it holds nothing with ``omit(when)``
+(metadata combine with ``|``); the dataclass's own ``__post_init__`` still runs.
+A state class gets ``to_dict``/``from_dict`` by inheriting :class:`JsonState` (an
+output record only ``to_dict``, by :class:`JsonRecord`),
 whose class variables say what a format older than the dataclass needs: a version
 key written first (``VERSION``), the keys' order if it is not the fields'
-(``KEY_ORDER``), and hooks to read older shapes (``upgrade``) and tidy a restored
-state (``restored``). Sets and frozensets are written as sorted lists.
+(``KEY_ORDER``, which also leaves out fields not named and may name a property),
+and hooks to read older shapes (``upgrade``, or ``filled`` for an unversioned
+class) and tidy a restored state (``restored``). Sets and frozensets are written
+as sorted lists.
 
 Hand-rolled rather than pydantic's ``TypeAdapter``: the persisted format must
 stay byte-for-byte what the hand-written ``to_dict``s wrote (pydantic would emit
@@ -39,6 +44,8 @@ T = TypeVar("T")
 _HOOK = "state_codec"
 _CHECK = "state_codec_check"
 _TRANSIENT = "state_codec_transient"
+_KEY = "state_codec_key"
+_OMIT = "state_codec_omit"
 
 TRANSIENT = {_TRANSIENT: True}
 """``field(metadata=TRANSIENT)``: not persisted (rebuilt after a restore); takes its default."""
@@ -99,6 +106,18 @@ def decode_array(text: Any, dtype: str, shape: tuple[int, ...], where: str) -> A
     return np.frombuffer(raw, dtype=wire).reshape(shape).astype(wire.newbyteorder("="))
 
 
+def key(name: str) -> dict[str, Any]:
+    """``field(metadata=key("last"))``: persisted as ``name``, not the field's own name
+    (a format older than the field's name)."""
+    return {_KEY: name}
+
+
+def omit(when: Callable[[Any], bool]) -> dict[str, Any]:
+    """``field(metadata=omit(f))``: not written while ``f(value)`` holds (read back absent:
+    the field's default), so a record without the optional part keeps its older shape."""
+    return {_OMIT: when}
+
+
 def check(validate: Callable[[Any, str], None]) -> dict[str, Any]:
     """``field(metadata=check(f))``: after decoding, ``f(value, where)`` may raise ValueError.
 
@@ -144,28 +163,67 @@ def pairs(key: type, value: type) -> dict[str, Any]:
     return hook(encode, decode_pairs)
 
 
+def _nan_as_null(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
+
+
+def _null_as_nan(data: Any, where: str) -> float:
+    return math.nan if data is None else _float(data, where)
+
+
+NAN_AS_NULL = hook(_nan_as_null, _null_as_nan)
+"""A float written as null when not finite (strict JSON has no NaN, inf), read null as NaN."""
+
+
+def is_nan(x: float) -> bool:
+    """For ``omit``: a float that is not finite (what :data:`NAN_AS_NULL` writes as null)."""
+    return not math.isfinite(x)
+
+
+def as_object(value: Any, encode_value: Callable[[Any], Any] | None = None) -> dict[str, Any]:
+    """``field(metadata=as_object(str))``: ``(name, value)`` pairs written as a JSON object in
+    their own order (``encode_value`` of each value, default :func:`to_data`), read back as
+    the pairs sorted by name, each value by the hint ``value``."""
+    put = encode_value or to_data
+
+    def encode(items: Any) -> dict[str, Any]:
+        return {k: put(v) for k, v in items}
+
+    def decode_object(data: Any, where: str) -> tuple[tuple[str, Any], ...]:
+        return tuple(sorted(decode(dict[str, value], data, where).items()))  # type: ignore[valid-type]
+
+    return hook(encode, decode_object)
+
+
 FINITE = check(_all_finite)
 """Every float in the field (also inside tuples) is finite."""
 FINITE_NON_NEGATIVE = check(_all_finite_non_negative)
 """Every float in the field is finite and >= 0."""
 
 
-class JsonState:
+class JsonRecord:
+    """Mixin for an output record (a report row, a payload): ``to_dict`` by the codec, and no
+    reader, for a record that leaves out what its dataclass needs to be rebuilt."""
+
+    KEY_ORDER: ClassVar[tuple[str, ...]] = ()
+    """The keys written, in order, when not all the fields' in theirs (a format older than
+    the class, fields left out, a property's value written)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict (for a :class:`JsonState`, :meth:`~JsonState.from_dict` reads it)."""
+        data: dict[str, Any] = to_data(self)
+        return data
+
+
+class JsonState(JsonRecord):
     """Mixin for a state dataclass: ``to_dict``/``from_dict`` by the codec."""
 
     VERSION: ClassVar[tuple[str, int] | None] = None
     """``(key, n)``: ``key: n`` is written first and required on restore."""
     LEGACY_VERSIONS: ClassVar[tuple[int, ...]] = ()
     """Older versions :meth:`upgrade` turns into the current shape."""
-    KEY_ORDER: ClassVar[tuple[str, ...]] = ()
-    """The persisted keys' order when it is not the fields' (a format older than the class)."""
     LABEL: ClassVar[str] = ""
     """The state's name in the unsupported-version error (default: the class name)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe dict; :meth:`from_dict` rebuilds an equal state."""
-        data: dict[str, Any] = to_data(self)
-        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Self:
@@ -175,6 +233,12 @@ class JsonState:
     @classmethod
     def upgrade(cls, data: Mapping[str, Any], version: int) -> Mapping[str, Any]:
         """``data`` of a ``LEGACY_VERSIONS`` version in the current shape."""
+        return data
+
+    @classmethod
+    def filled(cls, data: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Without a ``VERSION`` (no key tells an older shape apart): ``data`` with what an
+        older shape lacks filled in, e.g. a key whose default comes from another."""
         return data
 
     def restored(self) -> Self:
@@ -196,19 +260,31 @@ def _versioned(cls: type[JsonState], data: Mapping[str, Any]) -> Mapping[str, An
 def to_data(value: Any) -> Any:
     """``value`` as JSON-safe data (dataclasses by field, tuples as lists)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        if not isinstance(value, JsonState) and hasattr(value, "to_dict"):
+        if not isinstance(value, JsonRecord) and hasattr(value, "to_dict"):
             return value.to_dict()  # a type with its own hand-written format
         cls = type(value)
         out: dict[str, Any] = {}
         version = getattr(cls, "VERSION", None)
         if version is not None:
             out[version[0]] = version[1]
+        left_out = set()
         for f in _fields(cls):
             v = getattr(value, f.name)
+            name = f.metadata.get(_KEY, f.name)
+            when = f.metadata.get(_OMIT)
+            if when is not None and when(v):
+                left_out.add(name)
+                continue
             h = f.metadata.get(_HOOK)
-            out[f.name] = h.encode(v) if h is not None else to_data(v)
+            out[name] = h.encode(v) if h is not None else to_data(v)
         order = getattr(cls, "KEY_ORDER", ())  # may name a property (written, not read)
-        return {k: out[k] if k in out else to_data(getattr(value, k)) for k in order} or out
+        if not order:
+            return out
+        return {
+            k: out[k] if k in out else to_data(getattr(value, k))
+            for k in order
+            if k not in left_out
+        }
     if isinstance(value, (tuple, list)):
         return [to_data(v) for v in value]
     if isinstance(value, (set, frozenset)):
@@ -223,18 +299,19 @@ def from_data(cls: type[T], data: Any, where: str | None = None) -> T:
     where = where or cls.__name__
     if not isinstance(data, Mapping):
         raise ValueError(f"{where} must be a JSON object, got {type(data).__name__}")
-    if issubclass(cls, JsonState) and cls.VERSION is not None:
-        data = _versioned(cls, data)
+    if issubclass(cls, JsonState):
+        data = _versioned(cls, data) if cls.VERSION is not None else cls.filled(data)
     hints = _hints(cls)
     kwargs: dict[str, Any] = {}
     for f in _fields(cls):
-        if f.name not in data:
+        name = f.metadata.get(_KEY, f.name)
+        if name not in data:
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise ValueError(f"{where} is missing {f.name!r}")
+                raise ValueError(f"{where} is missing {name!r}")
             continue
         h = f.metadata.get(_HOOK)
-        at = f"{where}.{f.name}"
-        raw = data[f.name]
+        at = f"{where}.{name}"
+        raw = data[name]
         if h is not None and h.shape_of is not None:
             value = h.decode(raw, at, h.shape_of(data, where))  # type: ignore[call-arg, misc]
         elif h is not None and h.decode is not None:
@@ -264,6 +341,8 @@ def decode(hint: Any, data: Any, where: str) -> Any:
         arms = [a for a in args if a is not type(None)]
         if len(arms) == 1:
             return decode(arms[0], data, where)
+        if type(data) in arms and type(data) in _SCALARS:
+            return data  # an int stays an int in ``float | int``, whichever arm comes first
         for arm in arms:
             try:
                 return decode(arm, data, where)
@@ -328,6 +407,9 @@ def decode(hint: Any, data: Any, where: str) -> Any:
             raise ValueError(f"{where} must be a string, got {data!r}")
         return data
     raise TypeError(f"state_codec cannot decode {hint!r} at {where}")  # a programming error
+
+
+_SCALARS = (bool, int, float, str)
 
 
 def key_is_int(text: str) -> bool:

@@ -1,17 +1,20 @@
 """The words every alert module shares: a signal, a severity, an alert change and its identity,
 and the advice an advisor gives.
 
-Below every detector family (nothing here imports another detectors module), so
-an alert module names a :class:`Signal` or builds an :class:`AlertChange`
-without importing the fusion maths or another family's lifecycle.
+Below every detector family (nothing here imports another detectors module but the
+state codec, itself a leaf), so an alert module names a :class:`Signal` or builds an
+:class:`AlertChange` without importing the fusion maths or another family's lifecycle.
+Their dicts (the alert records on Kafka, the sinks' payloads, snapshots) come from
+:mod:`detectors.state_codec`; each class says only where its format is not a field dump.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import Literal
+
+from detectors.state_codec import NAN_AS_NULL, JsonState, as_object, is_nan, omit
 
 __all__ = [
     "SEVERITIES",
@@ -47,12 +50,12 @@ def json_float(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
 
-def _from_json_float(x: Any) -> float:
-    return math.nan if x is None else float(x)
+# A learned part of a signal is written only when known (older records lack the keys).
+_LEARNED = NAN_AS_NULL | omit(is_nan)
 
 
 @dataclass(frozen=True)
-class Signal:
+class Signal(JsonState):
     """One contributing feature of a verdict: its z, the node's value, the peer median, the GPU.
 
     ``z``, ``value`` and ``median`` are always the raw peer comparison (what an
@@ -64,13 +67,13 @@ class Signal:
     """
 
     feature: str
-    z: float
-    value: float
-    median: float
+    z: float = field(metadata=NAN_AS_NULL)
+    value: float = field(metadata=NAN_AS_NULL)
+    median: float = field(metadata=NAN_AS_NULL)
     gpu: str | None = None
-    residual: float = math.nan
-    usual: float = math.nan
-    share: float = math.nan
+    residual: float = field(default=math.nan, metadata=_LEARNED)
+    usual: float = field(default=math.nan, metadata=_LEARNED)
+    share: float = field(default=math.nan, metadata=_LEARNED)
 
     @property
     def differs_from_usual(self) -> bool:
@@ -84,38 +87,9 @@ class Signal:
             text += f" vs its usual {self.usual:+.1f}"
         return text
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe dict (non-finite floats become None; the learned parts only when known)."""
-        out: dict[str, Any] = {
-            "feature": self.feature,
-            "z": json_float(self.z),
-            "value": json_float(self.value),
-            "median": json_float(self.median),
-            "gpu": self.gpu,
-        }
-        for key in ("residual", "usual", "share"):
-            x = getattr(self, key)
-            if math.isfinite(x):
-                out[key] = float(x)
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Signal:
-        gpu = data.get("gpu")
-        return cls(
-            feature=str(data["feature"]),
-            z=_from_json_float(data["z"]),
-            value=_from_json_float(data["value"]),
-            median=_from_json_float(data["median"]),
-            gpu=None if gpu is None else str(gpu),
-            residual=_from_json_float(data.get("residual")),
-            usual=_from_json_float(data.get("usual")),
-            share=_from_json_float(data.get("share")),
-        )
-
 
 @dataclass(frozen=True)
-class AlertChange:
+class AlertChange(JsonState):
     """A transition to send (``status`` firing or resolved), or an active alert to re-send.
 
     ``node`` is None for group-level alerts. ``bucket_ts``: the bucket of the
@@ -129,7 +103,7 @@ class AlertChange:
     group: str
     status: Status
     severity: AlertSeverity
-    score: float
+    score: float = field(metadata=NAN_AS_NULL)
     signals: tuple[Signal, ...]
     reason: str
     bucket_ts: int
@@ -138,11 +112,30 @@ class AlertChange:
     # Recovery action (XID / row-remap alerts), extra identifying labels (e.g.
     # gpu, xid), and the lead over the XID that followed (precursor alerts).
     action: str | None = None
-    labels: tuple[tuple[str, str], ...] = ()
+    labels: tuple[tuple[str, str], ...] = field(default=(), metadata=as_object(str))
     lead_s: float | None = None
     # Context that may change while the alert fires (e.g. the group's training
     # phase): annotations, never labels, so the alert's identity stays put.
-    annotations: tuple[tuple[str, str], ...] = ()
+    annotations: tuple[tuple[str, str], ...] = field(default=(), metadata=as_object(str))
+
+    # The record's order since the optional parts were added (consumers see the same bytes).
+    KEY_ORDER = (
+        "action",
+        "labels",
+        "lead_s",
+        "annotations",
+        "alertname",
+        "node",
+        "group",
+        "status",
+        "severity",
+        "score",
+        "signals",
+        "reason",
+        "bucket_ts",
+        "starts_bucket_ts",
+        "evidence_since_ts",
+    )
 
     @property
     def key(self) -> AlertKey:
@@ -154,51 +147,16 @@ class AlertChange:
         """The parts of the alert's Alertmanager labels a detector sets (with ``group``)."""
         return (self.alertname, self.node, self.labels, self.action, self.severity)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "action": self.action,
-            "labels": dict(self.labels),
-            "lead_s": self.lead_s,
-            "annotations": dict(self.annotations),
-            "alertname": self.alertname,
-            "node": self.node,
-            "group": self.group,
-            "status": self.status,
-            "severity": self.severity,
-            "score": self.score if math.isfinite(self.score) else None,
-            "signals": [s.to_dict() for s in self.signals],
-            "reason": self.reason,
-            "bucket_ts": self.bucket_ts,
-            "starts_bucket_ts": self.starts_bucket_ts,
-            "evidence_since_ts": self.evidence_since_ts,
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> AlertChange:
-        return cls(
-            alertname=d["alertname"],
-            node=d["node"],
-            group=d["group"],
-            status=d["status"],
-            severity=d["severity"],
-            score=math.nan if d["score"] is None else float(d["score"]),
-            signals=tuple(Signal.from_dict(s) for s in d["signals"]),
-            reason=d["reason"],
-            bucket_ts=int(d["bucket_ts"]),
-            starts_bucket_ts=int(d["starts_bucket_ts"]),
-            evidence_since_ts=int(d["evidence_since_ts"]),
-            action=d.get("action"),
-            labels=tuple(sorted((d.get("labels") or {}).items())),
-            lead_s=d.get("lead_s"),
-            annotations=tuple(sorted((d.get("annotations") or {}).items())),
-        )
-
 
 Figure = float | int | str | None
 
 
+def _json_figure(x: Figure) -> Figure:
+    return json_float(x) if isinstance(x, float) else x
+
+
 @dataclass(frozen=True)
-class Advice:
+class Advice(JsonState):
     """A recommendation, not an alert: what an operator or a scheduler could do next.
 
     Advisors (checkpoint I/O and interval, retries, the node-health ledger) say
@@ -217,33 +175,7 @@ class Advice:
     summary: str
     node: str | None = None
     nodes: tuple[str, ...] = ()
-    figures: tuple[tuple[str, Figure], ...] = ()
+    figures: tuple[tuple[str, Figure], ...] = field(
+        default=(), metadata=as_object(Figure, _json_figure)
+    )
     action: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "advisor": self.advisor,
-            "kind": self.kind,
-            "group": self.group,
-            "bucket_ts": self.bucket_ts,
-            "summary": self.summary,
-            "node": self.node,
-            "nodes": list(self.nodes),
-            "figures": {k: json_float(v) if isinstance(v, float) else v for k, v in self.figures},
-            "action": self.action,
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Advice:
-        figures = d.get("figures") or {}
-        return cls(
-            advisor=str(d["advisor"]),
-            kind=str(d["kind"]),
-            group=str(d["group"]),
-            bucket_ts=int(d["bucket_ts"]),
-            summary=str(d["summary"]),
-            node=None if d.get("node") is None else str(d["node"]),
-            nodes=tuple(str(n) for n in d.get("nodes") or ()),
-            figures=tuple(sorted(figures.items())),
-            action=None if d.get("action") is None else str(d["action"]),
-        )

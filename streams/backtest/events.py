@@ -32,6 +32,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from detectors.state_codec import JsonState
+
 __all__ = ["EventsFileError", "KnownEvent", "load_events", "read_lines"]
 
 _T = TypeVar("_T")
@@ -44,7 +46,7 @@ class EventsFileError(ValueError):
 
 
 @dataclass(frozen=True)
-class KnownEvent:
+class KnownEvent(JsonState):
     """One known failure: when, on which node and/or group, of what kind."""
 
     ts_ms: int
@@ -66,15 +68,6 @@ class KnownEvent:
             raise ValueError("kind must be non-empty (e.g. xid79, job_death)")
         if self.node is None and self.group is None:
             raise ValueError("an event names a node, a group or both")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "ts_ms": self.ts_ms,
-            "node": self.node,
-            "group": self.group,
-            "kind": self.kind,
-            "end_ms": self.end_ms,
-        }
 
 
 def load_events(path: str | Path) -> list[KnownEvent]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -17,10 +18,16 @@ from detectors.multivariate import MultivariateParams
 from detectors.remap import RemapParams
 from detectors.state_codec import (
     FINITE,
+    NAN_AS_NULL,
     SORTED_KEYS,
+    JsonRecord,
     JsonState,
+    as_object,
     from_data,
+    is_nan,
+    key,
     ndarray,
+    omit,
     pairs,
     to_data,
 )
@@ -219,3 +226,52 @@ def test_an_older_version_is_upgraded_and_a_restored_state_tidied() -> None:
 def test_malformed_versioned_state_is_a_value_error(data: object, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         Versioned.from_dict(data)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Record(JsonState):
+    when: int = field(metadata=key("ts"))
+    score: float = field(default=math.nan, metadata=NAN_AS_NULL)
+    usual: float = field(default=math.nan, metadata=NAN_AS_NULL | omit(is_nan))
+    labels: tuple[tuple[str, str], ...] = field(default=(), metadata=as_object(str))
+    figure: float | int | None = None
+    since: int = 0
+
+    @classmethod
+    def filled(cls, data: Mapping[str, Any]) -> Mapping[str, Any]:
+        return data if "since" in data or "ts" not in data else {**data, "since": data["ts"]}
+
+
+def test_renamed_omitted_nan_null_object_pairs_and_an_unversioned_filled_default() -> None:
+    value = Record(5, math.inf, labels=(("b", "2"), ("a", "1")), figure=3)
+    data = json.loads(json.dumps(to_data(value), allow_nan=False))
+    assert data == {"ts": 5, "score": None, "labels": {"b": "2", "a": "1"}, "figure": 3,
+                    "since": 0}  # fmt: skip
+    back = Record.from_dict(data)
+    assert math.isnan(back.score) and math.isnan(back.usual)
+    assert back.labels == (("a", "1"), ("b", "2"))  # read back sorted
+    assert back.figure == 3 and isinstance(back.figure, int)  # not 3.0 by the float arm
+    assert Record.from_dict({"ts": 7}).since == 7  # older data: ``filled`` supplies it
+    assert to_data(Record(1, 2.0, 0.5))["usual"] == 0.5
+    with pytest.raises(ValueError, match="Record is missing 'ts'"):
+        Record.from_dict({"when": 5})
+    with pytest.raises(ValueError, match=r"Record.labels\['a'\] must be a string"):
+        Record.from_dict({"ts": 1, "labels": {"a": 1}})
+
+
+@dataclass(frozen=True)
+class Row(JsonRecord):
+    a: int
+    hidden: int
+    b: str = "x"
+
+    KEY_ORDER = ("b", "twice", "a")
+
+    @property
+    def twice(self) -> int:
+        return 2 * self.a
+
+
+def test_a_record_writes_only_its_key_order_with_a_property_and_has_no_reader() -> None:
+    assert list(Row(3, 9).to_dict().items()) == [("b", "x"), ("twice", 6), ("a", 3)]
+    assert not hasattr(Row, "from_dict")

@@ -82,6 +82,7 @@ from detectors.episodes import (
     to_alert_event,
 )
 from detectors.features import DEFAULT_BUCKET_MS
+from detectors.state_codec import JsonRecord
 from streams.lab.evaluation.taxonomy import (
     FAMILY_CLASSES,
     FAULT_EXPECTATIONS,
@@ -103,7 +104,7 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class FaultOutcome:
+class FaultOutcome(JsonRecord):
     """How the alerts did on one fault (see the module docstring for each figure)."""
 
     kind: str
@@ -130,6 +131,32 @@ class FaultOutcome:
     alert_class: str | None
     class_correct: bool
 
+    # The report's row: the windows left out, the derived at_or_before_xid beside its inputs.
+    KEY_ORDER = (
+        "kind",
+        "category",
+        "node",
+        "gpu",
+        "onset_ms",
+        "xid",
+        "xid_ms",
+        "end_ms",
+        "slowdown",
+        "detected",
+        "first_alert_ts",
+        "first_alertname",
+        "buckets_to_xid",
+        "at_or_before_xid",
+        "detect_buckets",
+        "detect_s",
+        "lead_s",
+        "culprit_node_correct",
+        "gpu_named",
+        "gpu_correct",
+        "alert_class",
+        "class_correct",
+    )
+
     @property
     def at_or_before_xid(self) -> bool | None:
         """None for a fault without an XID; False when missed."""
@@ -141,35 +168,9 @@ class FaultOutcome:
     def xid_localised_fail_stop(self) -> bool:
         return self.category == "fail_stop" and self.xid_ms is not None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "category": self.category,
-            "node": self.node,
-            "gpu": self.gpu,
-            "onset_ms": self.onset_ms,
-            "xid": self.xid,
-            "xid_ms": self.xid_ms,
-            "end_ms": self.end_ms,
-            "slowdown": self.slowdown,
-            "detected": self.detected,
-            "first_alert_ts": self.first_alert_ts,
-            "first_alertname": self.first_alertname,
-            "buckets_to_xid": self.buckets_to_xid,
-            "at_or_before_xid": self.at_or_before_xid,
-            "detect_buckets": self.detect_buckets,
-            "detect_s": self.detect_s,
-            "lead_s": self.lead_s,
-            "culprit_node_correct": self.culprit_node_correct,
-            "gpu_named": self.gpu_named,
-            "gpu_correct": self.gpu_correct,
-            "alert_class": self.alert_class,
-            "class_correct": self.class_correct,
-        }
-
 
 @dataclass(frozen=True)
-class EventOutcome:
+class EventOutcome(JsonRecord):
     """A must-not-page event: was a node blamed for it, did a group-level alert fire."""
 
     kind: str
@@ -180,19 +181,11 @@ class EventOutcome:
     blamed_nodes: tuple[str, ...]
     group_alerted: bool
 
+    KEY_ORDER = ("kind", "node", "onset_ms", "end_ms", "blamed_nodes", "group_alerted")
+
     @property
     def blamed(self) -> bool:
         return bool(self.blamed_nodes)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "node": self.node,
-            "onset_ms": self.onset_ms,
-            "end_ms": self.end_ms,
-            "blamed_nodes": list(self.blamed_nodes),
-            "group_alerted": self.group_alerted,
-        }
 
 
 @dataclass(frozen=True)
