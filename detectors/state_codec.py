@@ -118,6 +118,14 @@ def omit(when: Callable[[Any], bool]) -> dict[str, Any]:
     return {_OMIT: when}
 
 
+def _is_none(value: Any) -> bool:
+    return value is None
+
+
+OPTIONAL = omit(_is_none)
+"""A key left out while its field is None (an optional part of a record)."""
+
+
 def check(validate: Callable[[Any, str], None]) -> dict[str, Any]:
     """``field(metadata=check(f))``: after decoding, ``f(value, where)`` may raise ValueError.
 
@@ -203,7 +211,8 @@ FINITE_NON_NEGATIVE = check(_all_finite_non_negative)
 
 class JsonRecord:
     """Mixin for an output record (a report row, a payload): ``to_dict`` by the codec, and no
-    reader, for a record that leaves out what its dataclass needs to be rebuilt."""
+    codec reader (the record leaves out what its dataclass needs to be rebuilt, or its reader
+    is a parser of outside input with its own checks)."""
 
     KEY_ORDER: ClassVar[tuple[str, ...]] = ()
     """The keys written, in order, when not all the fields' in theirs (a format older than
@@ -259,39 +268,85 @@ def _versioned(cls: type[JsonState], data: Mapping[str, Any]) -> Mapping[str, An
 
 def to_data(value: Any) -> Any:
     """``value`` as JSON-safe data (dataclasses by field, tuples as lists)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        if not isinstance(value, JsonRecord) and hasattr(value, "to_dict"):
-            return value.to_dict()  # a type with its own hand-written format
-        cls = type(value)
-        out: dict[str, Any] = {}
-        version = getattr(cls, "VERSION", None)
-        if version is not None:
-            out[version[0]] = version[1]
-        left_out = set()
-        for f in _fields(cls):
-            v = getattr(value, f.name)
-            name = f.metadata.get(_KEY, f.name)
-            when = f.metadata.get(_OMIT)
-            if when is not None and when(v):
-                left_out.add(name)
-                continue
-            h = f.metadata.get(_HOOK)
-            out[name] = h.encode(v) if h is not None else to_data(v)
-        order = getattr(cls, "KEY_ORDER", ())  # may name a property (written, not read)
-        if not order:
-            return out
-        return {
-            k: out[k] if k in out else to_data(getattr(value, k))
-            for k in order
-            if k not in left_out
-        }
+    cls = type(value)
+    if cls in _PLAIN:
+        return value
+    plan = _PLANS.get(cls) or _plan(cls)
+    if plan is not _NOT_A_RECORD:
+        return _record(value, plan)
     if isinstance(value, (tuple, list)):
         return [to_data(v) for v in value]
     if isinstance(value, (set, frozenset)):
         return sorted(to_data(v) for v in value)
     if isinstance(value, Mapping):
         return {k: to_data(v) for k, v in value.items()}
+    if (
+        dataclasses.is_dataclass(value)
+        and not isinstance(value, type)
+        and hasattr(value, "to_dict")
+    ):
+        return value.to_dict()  # a type with its own hand-written format
     return value
+
+
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """How one dataclass is written: per field (attribute, key, encode, omit), computed once."""
+
+    fields: tuple[tuple[str, str, Callable[[Any], Any], Callable[[Any], bool] | None], ...]
+    version: tuple[str, int] | None
+    order: tuple[str, ...]
+
+
+_NOT_A_RECORD = _Plan((), None, ())
+_PLANS: dict[type, _Plan] = {}
+
+
+def _plan(cls: type) -> _Plan:
+    if not dataclasses.is_dataclass(cls) or (
+        not issubclass(cls, JsonRecord) and hasattr(cls, "to_dict")
+    ):
+        plan = _NOT_A_RECORD
+    else:
+        plan = _Plan(
+            tuple(
+                (
+                    f.name,
+                    f.metadata.get(_KEY, f.name),
+                    h.encode if (h := f.metadata.get(_HOOK)) is not None else to_data,
+                    f.metadata.get(_OMIT),
+                )
+                for f in _fields(cls)
+            ),
+            getattr(cls, "VERSION", None),
+            getattr(cls, "KEY_ORDER", ()),
+        )
+    _PLANS[cls] = plan  # a pure cache: the same value whenever it is computed
+    return plan
+
+
+def _record(value: Any, plan: _Plan) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if plan.version is not None:
+        out[plan.version[0]] = plan.version[1]
+    left_out = []
+    for attr, name, encode, when in plan.fields:
+        v = getattr(value, attr)
+        if when is not None and when(v):
+            left_out.append(name)
+        else:
+            out[name] = encode(v)
+    if not plan.order:
+        return out
+    # KEY_ORDER may name a property (written, not read) and leaves out fields it does not name.
+    return {
+        k: out[k] if k in out else to_data(getattr(value, k))
+        for k in plan.order
+        if k not in left_out
+    }
 
 
 def from_data(cls: type[T], data: Any, where: str | None = None) -> T:

@@ -22,11 +22,13 @@ group the job's nodes are scored in (default: ``name``).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 from detectors.checks import check_name
+from detectors.state_codec import OPTIONAL, JsonRecord, omit
 
 __all__ = ["JOB_STATES", "JobEvent", "JobEventError", "JobState", "JobXid", "Trigger"]
 
@@ -41,28 +43,35 @@ class JobEventError(ValueError):
 
 
 @dataclass(frozen=True)
-class JobXid:
+class JobXid(JsonRecord):
     """An XID the scheduler attributes to a failed attempt."""
 
     node: str
     xid: int
-    substatus: str | None = None
+    substatus: str | None = field(default=None, metadata=omit(operator.not_))
 
 
 @dataclass(frozen=True)
-class JobEvent:
+class JobEvent(JsonRecord):
     job_id: str
     name: str
     attempt: int
     state: JobState
     ts: int  # epoch ms
     nodes: tuple[str, ...] = ()
-    exit_reason: str | None = None
-    xids: tuple[JobXid, ...] = ()
-    trigger: Trigger | None = None
-    gang: int | None = None
-    pool: tuple[str, ...] | None = None
-    group: str | None = None
+    exit_reason: str | None = field(default=None, metadata=OPTIONAL)
+    xids: tuple[JobXid, ...] = field(default=(), metadata=omit(operator.not_))
+    trigger: Trigger | None = field(default=None, metadata=OPTIONAL)
+    gang: int | None = field(default=None, metadata=OPTIONAL)
+    pool: tuple[str, ...] | None = field(default=None, metadata=OPTIONAL)
+    group: str | None = field(default=None, metadata=OPTIONAL)
+
+    # to_dict: the module docstring's record, optional keys only when set; from_dict is the
+    # parser of the scheduler's input (its own error, bounds and name checks).
+    KEY_ORDER = (
+        "job_id", "name", "attempt", "state", "ts", "nodes", "exit_reason", "xids", "trigger",
+        "gang", "group", "pool",
+    )  # fmt: skip
 
     @property
     def peer_group(self) -> str:
@@ -77,29 +86,6 @@ class JobEvent:
     @property
     def gang_size(self) -> int:
         return self.gang if self.gang is not None else len(self.nodes)
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "job_id": self.job_id,
-            "name": self.name,
-            "attempt": self.attempt,
-            "state": self.state,
-            "ts": self.ts,
-            "nodes": list(self.nodes),
-        }
-        if self.exit_reason is not None:
-            out["exit_reason"] = self.exit_reason
-        if self.xids:
-            out["xids"] = [
-                {"node": x.node, "xid": x.xid} | ({"substatus": x.substatus} if x.substatus else {})
-                for x in self.xids
-            ]
-        for key in ("trigger", "gang", "group"):
-            if getattr(self, key) is not None:
-                out[key] = getattr(self, key)
-        if self.pool is not None:
-            out["pool"] = list(self.pool)
-        return out
 
     @classmethod
     def from_dict(cls, data: object) -> JobEvent:

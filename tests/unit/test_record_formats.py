@@ -1,7 +1,7 @@
 """Wire and report records keep the bytes the hand-written to_dicts wrote (key order
 included): alert changes (Kafka, the Grafana outbox), advice, peer-scoring alert state,
-group events, known events and the evaluation's rows. The expected strings were printed
-by those to_dicts before the state codec took them over."""
+group events, known events, job events and the evaluation's rows. The expected strings
+were printed by those to_dicts before the state codec took them over."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import math
 
 import pytest
 
+from detectors.advisors.jobs import JobEvent, JobXid
 from detectors.alerts import AlertState
 from detectors.fusion import GroupEvent
 from detectors.lifecycle import Firing
@@ -164,4 +165,27 @@ def test_output_rows_are_written_as_before() -> None:
         '"buckets_to_xid": -1, "at_or_before_xid": true, "detect_buckets": 1, "detect_s": 30.0, '
         '"lead_s": 20.0, "culprit_node_correct": true, "gpu_named": "2", "gpu_correct": true, '
         '"alert_class": "compute", "class_correct": false}'
+    )
+
+
+def test_a_job_event_writes_its_optional_keys_only_when_set() -> None:
+    """The scheduler's record (detectors/advisors/jobs.py docstring) as before: optional keys
+    left out while unset, an XID's substatus only when given; its parser reads it back."""
+    full = JobEvent(
+        "s2", "llm", 3, "failed", 9, ("gpu001", "gpu002"), "xid",
+        (JobXid("gpu002", 79), JobXid("gpu001", 94, "a:b")), "auto", 60, ("gpu001", "gpu063"),
+        "cluster-a",
+    )  # fmt: skip
+    text = json.dumps(full.to_dict())
+    assert text == (
+        '{"job_id": "s2", "name": "llm", "attempt": 3, "state": "failed", "ts": 9, '
+        '"nodes": ["gpu001", "gpu002"], "exit_reason": "xid", "xids": [{"node": "gpu002", '
+        '"xid": 79}, {"node": "gpu001", "xid": 94, "substatus": "a:b"}], "trigger": "auto", '
+        '"gang": 60, "group": "cluster-a", "pool": ["gpu001", "gpu063"]}'
+    )
+    assert JobEvent.from_dict(json.loads(text)) == full
+    bare = JobEvent("s1", "llm", 1, "running", 5, pool=())
+    assert json.dumps(bare.to_dict()) == (
+        '{"job_id": "s1", "name": "llm", "attempt": 1, "state": "running", "ts": 5, '
+        '"nodes": [], "pool": []}'
     )
