@@ -43,6 +43,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from detectors.checks import Checked, integer
 from detectors.families import (
     GROUP_DEGRADED,
     NODE_COLLAPSE,
@@ -83,7 +84,7 @@ FAMILIES: Mapping[str, AlertFamily] = {
 
 
 @dataclass(frozen=True)
-class AlertParams:
+class AlertParams(Checked):
     """Bucket counts of the lifecycle.
 
     ``persistence``: consecutive buckets of soft evidence before firing (3 x
@@ -94,15 +95,9 @@ class AlertParams:
     consecutive buckets without evidence before a firing alert resolves.
     """
 
-    persistence: int = 3
-    silent_buckets: int = 2
-    resolve_after: int = 4
-
-    def __post_init__(self) -> None:
-        for name in ("persistence", "silent_buckets", "resolve_after"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    persistence: int = integer(3)
+    silent_buckets: int = integer(2)
+    resolve_after: int = integer(4)
 
     def buckets_to_fire(self, alertname: str) -> int:
         fire = _family(alertname).fire

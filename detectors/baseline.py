@@ -86,7 +86,7 @@ import numpy as np
 import numpy.typing as npt
 
 from detectors.arrays import BoolArray, FloatArray
-from detectors.checks import check_ints, check_reals, is_int, is_real
+from detectors.checks import Checked, integer, is_int, is_real, real
 from detectors.state_codec import JsonState, check, ndarray
 
 __all__ = ["BaselineParams", "NodeBaselines", "update_and_residuals"]
@@ -132,7 +132,7 @@ _COUNT = ndarray("<u2", _shape)
 
 
 @dataclass(frozen=True)
-class BaselineParams:
+class BaselineParams(Checked):
     """How the usual z of a node is learned; validated on construction.
 
     ``half_life_buckets``: memory of the usual (2880 = one day of 30-s buckets:
@@ -150,23 +150,20 @@ class BaselineParams:
     ``regimes``: how many separate usuals each cell keeps (see module docstring).
     """
 
-    half_life_buckets: float = 2880.0
-    warmup_buckets: int = 60
-    spread_floor: float = 1.0
-    huber_c: float = 3.0
+    half_life_buckets: float = real(2880.0, above=0, at_most=_MAX_HALF_LIFE)
+    warmup_buckets: int = integer(60, maximum=_MAX_COUNT)
+    spread_floor: float = real(1.0, above=0)
+    huber_c: float = real(3.0, above=0)
     freeze_z: float = 4.0
-    adopt_after: int = 2880
-    regimes: int = 1
+    adopt_after: int = integer(2880, maximum=_MAX_COUNT)
+    regimes: int = integer(1, maximum=16)
 
     def __post_init__(self) -> None:
-        check_reals(self, "half_life_buckets", above=0, at_most=_MAX_HALF_LIFE)
-        check_ints(self, "warmup_buckets", "adopt_after", maximum=_MAX_COUNT)
-        check_reals(self, "spread_floor", "huber_c", above=0)
+        super().__post_init__()
         if not (is_real(self.freeze_z) and self.freeze_z >= self.huber_c):
             raise ValueError(
                 f"freeze_z must be finite and >= huber_c ({self.huber_c}), got {self.freeze_z!r}"
             )
-        check_ints(self, "regimes", maximum=16)
 
     @property
     def alpha(self) -> float:

@@ -1,21 +1,49 @@
-"""The checks parameter dataclasses' ``__post_init__``s share (bools are not numbers).
+"""The checks parameter dataclasses share (bools are not numbers), declared next to each field.
 
-``check_ints(self, "a", "b", minimum=1)`` and ``check_reals(self, "x", above=0)``
-validate named fields with one wording everywhere ("a must be an int >= 1, got 0",
-"x must be finite and > 0, got nan", "y must be in (0, 1], got 2"), which the
-settings errors show the operator. ``check_name`` is the one check of a name read off
-the wire (job events, membership), raising the reader's own error type.
+A parameter dataclass derives from :class:`Checked` and declares each field's bounds
+with its default: ``hazard_buckets: float = real(240.0, above=1)``, ``top_k: int =
+integer(3)``, ``learned: bool = flag(True)``, ``phase: PhaseParams = part(PhaseParams)``.
+``Checked.__post_init__`` validates them all, in declaration order, with one wording
+everywhere ("a must be an int >= 1, got 0", "x must be finite and > 0, got nan",
+"y must be in (0, 1], got 2"), which the settings errors show the operator; a class
+adds a ``__post_init__`` (calling ``super()``'s first) only for rules across fields.
+``check_ints`` / ``check_reals`` are the same checks for classes that are no parameters.
+``check_name`` is the one check of a name read off the wire (job events, membership),
+raising the reader's own error type.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 
-__all__ = ["MAX_NAME", "check_ints", "check_name", "check_reals", "is_int", "is_real"]
+__all__ = [
+    "MAX_NAME",
+    "Checked",
+    "check_ints",
+    "check_name",
+    "check_reals",
+    "checked",
+    "flag",
+    "integer",
+    "is_int",
+    "is_real",
+    "maybe_real",
+    "part",
+    "real",
+]
 
 MAX_NAME = 1024  # characters in a job, node or group name read off the wire
+
+T = TypeVar("T")
+Rule = Callable[[str, Any], None]
+"""``rule(name, value)`` raises ValueError naming the field if the value is not allowed."""
+
+_RULE = "detectors.checks.rule"  # the dataclass field metadata key of a field's rule
 
 
 def is_int(x: object) -> bool:
@@ -37,13 +65,81 @@ def check_name(value: object, what: str, error: type[Exception]) -> str:
     return value
 
 
+class Checked:
+    """Base of the parameter dataclasses: validates every field declared with a rule."""
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            rule = f.metadata.get(_RULE)
+            if rule is not None:
+                rule(f.name, getattr(self, f.name))
+
+
+def checked(default: T, rule: Rule) -> T:
+    """A field with this default that :class:`Checked` validates with ``rule``."""
+    return dataclasses.field(default=default, metadata={_RULE: rule})
+
+
+def integer(default: int, *, minimum: int = 1, maximum: int | None = None) -> int:
+    """An int field (not a bool) in [minimum, maximum]."""
+    return checked(default, _int_rule(minimum, maximum))
+
+
+def real(
+    default: float,
+    *,
+    above: float | None = None,
+    at_least: float | None = None,
+    below: float | None = None,
+    at_most: float | None = None,
+) -> float:
+    """A finite number field (not a bool) within the given bounds."""
+    return checked(default, _real_rule(above, at_least, below, at_most))
+
+
+def maybe_real(
+    default: float | None = None,
+    *,
+    above: float | None = None,
+    at_least: float | None = None,
+    below: float | None = None,
+    at_most: float | None = None,
+) -> float | None:
+    """Like :func:`real`, or None (not set)."""
+    within = _real_rule(above, at_least, below, at_most)
+
+    def rule(name: str, value: Any) -> None:
+        if value is not None:
+            within(name, value)
+
+    return checked(default, rule)
+
+
+def flag(default: bool) -> bool:
+    """A bool field (not 0 or 1)."""
+
+    def rule(name: str, value: Any) -> None:
+        if not isinstance(value, bool):
+            raise ValueError(f"{name} must be a bool, got {value!r}")
+
+    return checked(default, rule)
+
+
+def part(kind: type[T], factory: Callable[[], T] | None = None) -> T:
+    """A nested parameter field of type ``kind``, built by ``factory`` (default: ``kind()``)."""
+
+    def rule(name: str, value: Any) -> None:
+        if not isinstance(value, kind):
+            raise ValueError(f"{name} must be a {kind.__name__}, got {value!r}")
+
+    return dataclasses.field(default_factory=factory or kind, metadata={_RULE: rule})
+
+
 def check_ints(owner: object, *names: str, minimum: int = 1, maximum: int | None = None) -> None:
     """Each named field of ``owner`` is an int (not a bool) in [minimum, maximum]."""
+    rule = _int_rule(minimum, maximum)
     for name in names:
-        value = getattr(owner, name)
-        if not is_int(value) or value < minimum or (maximum is not None and value > maximum):
-            bounds = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
-            raise ValueError(f"{name} must be an int {bounds}, got {value!r}")
+        rule(name, getattr(owner, name))
 
 
 def check_reals(
@@ -55,8 +151,24 @@ def check_reals(
     at_most: float | None = None,
 ) -> None:
     """Each named field of ``owner`` is a finite number (not a bool) within the given bounds."""
+    rule = _real_rule(above, at_least, below, at_most)
     for name in names:
-        value = getattr(owner, name)
+        rule(name, getattr(owner, name))
+
+
+def _int_rule(minimum: int, maximum: int | None) -> Rule:
+    def rule(name: str, value: Any) -> None:
+        if not is_int(value) or value < minimum or (maximum is not None and value > maximum):
+            bounds = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+            raise ValueError(f"{name} must be an int {bounds}, got {value!r}")
+
+    return rule
+
+
+def _real_rule(
+    above: float | None, at_least: float | None, below: float | None, at_most: float | None
+) -> Rule:
+    def rule(name: str, value: Any) -> None:
         ok = is_real(value) and not (
             (above is not None and value <= above)
             or (at_least is not None and value < at_least)
@@ -67,6 +179,8 @@ def check_reals(
             raise ValueError(
                 f"{name} must be {_bounds(above, at_least, below, at_most)}, got {value!r}"
             )
+
+    return rule
 
 
 def _bounds(

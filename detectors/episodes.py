@@ -34,6 +34,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from detectors.checks import Checked, integer
+
 __all__ = [
     "DAY_MS",
     "GROUP_NODES",
@@ -195,24 +197,16 @@ def bucket_of(t_ms: int, bucket_ms: int) -> int:
 
 
 @dataclass(frozen=True)
-class ScoringWindows:
+class ScoringWindows(Checked):
     """Window sizes in buckets; see the module docstring for what each bounds."""
 
-    lookback_buckets: int = 0
-    tolerance_buckets: int = 2
-    aftermath_buckets: int = 5
-    refire_merge_buckets: int = 10
+    lookback_buckets: int = integer(0, minimum=0)
+    tolerance_buckets: int = integer(2, minimum=0)
+    aftermath_buckets: int = integer(5, minimum=0)
+    refire_merge_buckets: int = integer(10, minimum=0)
 
     def __post_init__(self) -> None:
-        for name in (
-            "lookback_buckets",
-            "tolerance_buckets",
-            "aftermath_buckets",
-            "refire_merge_buckets",
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+        super().__post_init__()
         if self.tolerance_buckets > self.aftermath_buckets:
             raise ValueError(
                 "tolerance_buckets must be <= aftermath_buckets: a late detection must also "

@@ -70,7 +70,7 @@ import numpy as np
 import numpy.typing as npt
 
 from detectors.arrays import FloatArray
-from detectors.checks import check_reals
+from detectors.checks import Checked, integer, real
 from detectors.features import FeatureSpec
 from detectors.state_codec import NAN_AS_NULL, JsonRecord
 from detectors.vocabulary import Signal
@@ -94,7 +94,7 @@ _SIGN = {"up": 1.0, "down": -1.0, "both": 0.0}  # which sign of z is bad; 0 = ei
 
 
 @dataclass(frozen=True)
-class FusionParams:
+class FusionParams(Checked):
     """How per-feature z becomes node evidence in one bucket.
 
     ``z_evidence``: the |z| a feature needs to count as evidence at all (and to
@@ -105,30 +105,24 @@ class FusionParams:
     contributing signals a verdict lists.
     """
 
-    z_evidence: float = 4.0
+    z_evidence: float = real(4.0, above=0)
     z_clip: float = 10.0
-    top_k: int = 3
-    score_threshold: float = 8.0
-    cluster_fraction: float = 0.3
-    max_signals: int = 5
+    top_k: int = integer(3)
+    score_threshold: float = real(8.0, above=0)
+    cluster_fraction: float = real(0.3, above=0, below=1)
+    max_signals: int = integer(5)
 
     def __post_init__(self) -> None:
-        check_reals(self, "z_evidence", above=0)
+        super().__post_init__()
         if not (math.isfinite(self.z_clip) and self.z_clip >= self.z_evidence):
             raise ValueError(
                 f"z_clip must be finite and >= z_evidence ({self.z_evidence}), got {self.z_clip}"
             )
-        if self.top_k < 1:
-            raise ValueError(f"top_k must be >= 1, got {self.top_k}")
-        check_reals(self, "score_threshold", above=0)
         if self.score_threshold > self.top_k * self.z_clip:
             raise ValueError(
                 f"score_threshold {self.score_threshold} can never be reached: "
                 f"the score is at most top_k x z_clip = {self.top_k * self.z_clip}"
             )
-        check_reals(self, "cluster_fraction", above=0, below=1)
-        if self.max_signals < 1:
-            raise ValueError(f"max_signals must be >= 1, got {self.max_signals}")
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,7 @@ from detectors.alerts import (
 )
 from detectors.arrays import BoolArray, FloatArray
 from detectors.baseline import BaselineParams, NodeBaselines
-from detectors.checks import check_ints
+from detectors.checks import Checked, flag, integer, part
 from detectors.features import FeatureSpec
 from detectors.fusion import FusionParams, GroupEvent, NodeVerdict, fuse_bucket
 from detectors.group_shift import GroupLevels, GroupShift, ShiftParams, regime_check, track_levels
@@ -116,7 +116,7 @@ def _model(data: Any, where: str) -> GroupModel | None:
 
 
 @dataclass(frozen=True)
-class ScoringParams:
+class ScoringParams(Checked):
     """Every knob of group scoring, validated on construction.
 
     ``min_peers``: present values a feature needs before anyone is scored on it
@@ -163,21 +163,22 @@ class ScoringParams:
     max_signals: int = FusionParams.max_signals
     persistence: int = AlertParams.persistence
     silent_buckets: int = AlertParams.silent_buckets
-    gap_min_features: int = 3
+    gap_min_features: int = integer(3)
     resolve_after: int = AlertParams.resolve_after
     shift_threshold: float = ShiftParams.shift_threshold
     shift_release: float = ShiftParams.shift_release
     shift_alpha: float = ShiftParams.shift_alpha
     shift_warmup: int = ShiftParams.shift_warmup
     shift_adopt_after: int = ShiftParams.shift_adopt_after
-    learned_baselines: bool = True
-    baseline: BaselineParams = field(default_factory=lambda: BaselineParams(regimes=2))
-    multivariate: bool = True
-    model: MultivariateParams = field(default_factory=MultivariateParams)
-    population: PopulationParams = field(default_factory=PopulationParams)
-    phase: PhaseParams = field(default_factory=PhaseParams)
+    learned_baselines: bool = flag(True)
+    baseline: BaselineParams = part(BaselineParams, lambda: BaselineParams(regimes=2))
+    multivariate: bool = flag(True)
+    model: MultivariateParams = part(MultivariateParams)
+    population: PopulationParams = part(PopulationParams)
+    phase: PhaseParams = part(PhaseParams)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if isinstance(self.min_peers, bool) or not isinstance(self.min_peers, int):
             raise ValueError(f"min_peers must be an int, got {self.min_peers!r}")
         if self.min_peers < 2:
@@ -186,23 +187,11 @@ class ScoringParams:
             )
         # Building the parts validates their fields.
         _ = self.fusion, self.alerts, self.shift
-        check_ints(self, "gap_min_features")
         if self.shift_adopt_after < self.persistence:
             raise ValueError(
                 f"shift_adopt_after ({self.shift_adopt_after}) must be >= persistence "
                 f"({self.persistence}): a shift adopted sooner could never fire"
             )
-        for name in ("learned_baselines", "multivariate"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
-        if not isinstance(self.baseline, BaselineParams):
-            raise ValueError(f"baseline must be a BaselineParams, got {self.baseline!r}")
-        if not isinstance(self.model, MultivariateParams):
-            raise ValueError(f"model must be a MultivariateParams, got {self.model!r}")
-        if not isinstance(self.population, PopulationParams):
-            raise ValueError(f"population must be a PopulationParams, got {self.population!r}")
-        if not isinstance(self.phase, PhaseParams):
-            raise ValueError(f"phase must be a PhaseParams, got {self.phase!r}")
 
     @cached_property
     def fusion(self) -> FusionParams:

@@ -58,7 +58,7 @@ from typing import Any, Literal
 import numpy as np
 
 from detectors.arrays import BoolArray, FloatArray, IntArray
-from detectors.checks import check_ints, check_reals, is_real
+from detectors.checks import Checked, integer, is_real, real
 from detectors.fusion import Signal
 from detectors.state_codec import FINITE_NON_NEGATIVE, JsonState, check
 
@@ -71,24 +71,22 @@ ShiftDirection = Literal["up", "down"]
 
 
 @dataclass(frozen=True)
-class ShiftParams:
+class ShiftParams(Checked):
     """The guard's knobs (see :class:`detectors.group.ScoringParams`, which builds them)."""
 
-    shift_threshold: float = 0.35
+    shift_threshold: float = real(0.35, above=0)
     shift_release: float = 0.25
-    shift_alpha: float = 0.1
-    shift_warmup: int = 5
-    shift_adopt_after: int = 40
+    shift_alpha: float = real(0.1, above=0, at_most=1)
+    shift_warmup: int = integer(5)
+    shift_adopt_after: int = integer(40)
 
     def __post_init__(self) -> None:
-        check_reals(self, "shift_threshold", above=0)
+        super().__post_init__()
         if not (is_real(self.shift_release) and 0 < self.shift_release <= self.shift_threshold):
             raise ValueError(
                 f"shift_release must be in (0, shift_threshold={self.shift_threshold}], "
                 f"got {self.shift_release!r}"
             )
-        check_reals(self, "shift_alpha", above=0, at_most=1)
-        check_ints(self, "shift_warmup", "shift_adopt_after")
 
 
 def _usable_levels(values: Sequence[float | None], where: str) -> None:

@@ -90,7 +90,7 @@ import numpy as np
 import numpy.typing as npt
 
 from detectors.arrays import BoolArray, FloatArray
-from detectors.checks import check_ints, check_reals, is_int
+from detectors.checks import Checked, integer, is_int, real
 from detectors.quantile import P2Quantile, from_river_state
 from detectors.state_codec import FINITE_NON_NEGATIVE, JsonState, check, hook, ndarray
 
@@ -107,7 +107,7 @@ _MAX_HALF_LIFE = 1e7
 
 
 @dataclass(frozen=True)
-class MultivariateParams:
+class MultivariateParams(Checked):
     """How the group model learns and judges; validated on construction.
 
     ``half_life_buckets``: memory of μ and Σ in buckets (2880 = one day).
@@ -125,22 +125,18 @@ class MultivariateParams:
     sketch before the next one takes over (172,800: a day of 60 nodes).
     """
 
-    half_life_buckets: float = 2880.0
-    warmup_buckets: int = 120
-    clip: float = 8.0
-    var_floor: float = 0.25
-    alpha: float = 1e-4
-    min_present: float = 0.5
-    learn_every: int = 1
-    calibration_min: int = 5000
-    calibration_window: int = 172_800
+    half_life_buckets: float = real(2880.0, above=0, at_most=_MAX_HALF_LIFE)
+    warmup_buckets: int = integer(120)
+    clip: float = real(8.0, above=0)
+    var_floor: float = real(0.25, above=0)
+    alpha: float = real(1e-4, above=0, below=0.5)
+    min_present: float = real(0.5, above=0, at_most=1)
+    learn_every: int = integer(1)
+    calibration_min: int = integer(5000)
+    calibration_window: int = integer(172_800)
 
     def __post_init__(self) -> None:
-        check_reals(self, "half_life_buckets", above=0, at_most=_MAX_HALF_LIFE)
-        check_ints(self, "warmup_buckets", "learn_every", "calibration_min", "calibration_window")
-        check_reals(self, "clip", "var_floor", above=0)
-        check_reals(self, "alpha", above=0, below=0.5)
-        check_reals(self, "min_present", above=0, at_most=1)
+        super().__post_init__()
         if self.calibration_window < self.calibration_min:
             raise ValueError(
                 f"calibration_window ({self.calibration_window}) must be >= calibration_min "

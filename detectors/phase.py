@@ -33,7 +33,7 @@ from typing import Literal
 
 import numpy as np
 
-from detectors.checks import check_ints, check_reals, is_real
+from detectors.checks import Checked, integer, is_real, real
 from detectors.state_codec import FINITE_NON_NEGATIVE, TRANSIENT, JsonState
 
 __all__ = ["PHASES", "Phase", "PhaseName", "PhaseParams", "step_phase"]
@@ -54,7 +54,7 @@ _STEADY = (
 
 
 @dataclass(frozen=True)
-class PhaseParams:
+class PhaseParams(Checked):
     """The phase rules; defaults are the source report's (module docstring).
 
     ``save_write_bytes_per_s`` / ``load_read_bytes_per_s``: aggregate thresholds
@@ -69,27 +69,22 @@ class PhaseParams:
     names are the catalog's.
     """
 
-    save_write_bytes_per_s: float = 20e9
-    load_read_bytes_per_s: float = 2e9
-    load_gpu_util_below: float = 50.0
-    idle_gpu_util_below: float = 5.0
-    reference_nodes: int = 60
-    min_share: float = 0.5
-    share_floor: float = 0.1
-    max_save_buckets: int = 20
-    max_load_buckets: int = 160
+    save_write_bytes_per_s: float = real(20e9, above=0)
+    load_read_bytes_per_s: float = real(2e9, above=0)
+    load_gpu_util_below: float = real(50.0, above=0)
+    idle_gpu_util_below: float = real(5.0, at_least=0)
+    reference_nodes: int = integer(60)
+    min_share: float = real(0.5, above=0, at_most=1)
+    share_floor: float = real(0.1, above=0, at_most=1)
+    max_save_buckets: int = integer(20)
+    max_load_buckets: int = integer(160)
     write_feature: str = "nfs_write_bytes_rate"
     read_feature: str = "nfs_read_bytes_rate"
     gpu_feature: str = "gpu_util"
     steady: tuple[str, ...] = _STEADY
 
     def __post_init__(self) -> None:
-        check_reals(
-            self, "save_write_bytes_per_s", "load_read_bytes_per_s", "load_gpu_util_below", above=0
-        )
-        check_reals(self, "idle_gpu_util_below", at_least=0)
-        check_ints(self, "reference_nodes", "max_save_buckets", "max_load_buckets")
-        check_reals(self, "min_share", "share_floor", above=0, at_most=1)
+        super().__post_init__()
         if not (self.write_feature and self.read_feature and self.gpu_feature):
             raise ValueError("write_feature, read_feature and gpu_feature must name features")
         object.__setattr__(self, "steady", tuple(self.steady))

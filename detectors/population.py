@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from detectors.arrays import FloatArray
-from detectors.checks import check_ints, check_reals
+from detectors.checks import Checked, integer, real
 from detectors.peer import PeerStats, peer_zscores
 from detectors.state_codec import SORTED_KEYS, JsonState
 
@@ -55,22 +55,20 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class PopulationParams:
+class PopulationParams(Checked):
     """``activity_feature`` (a frame feature; worst-GPU utilisation, %), ``busy_level`` (busy at
     or above it), ``release_buckets`` (idle buckets while the job runs on before a job node
     leaves it: 120 = 1 h), ``running_share`` (share of the job busy for "runs on")."""
 
     activity_feature: str = "gpu_util"
-    busy_level: float = 50.0
-    release_buckets: int = 120
-    running_share: float = 0.5
+    busy_level: float = real(50.0, above=0)
+    release_buckets: int = integer(120)
+    running_share: float = real(0.5, above=0, at_most=1)
 
     def __post_init__(self) -> None:
         if not self.activity_feature:
             raise ValueError("activity_feature must name a feature")
-        check_reals(self, "busy_level", above=0)
-        check_ints(self, "release_buckets")
-        check_reals(self, "running_share", above=0, at_most=1)
+        super().__post_init__()
 
 
 @dataclass(frozen=True)

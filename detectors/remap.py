@@ -101,7 +101,7 @@ import numpy as np
 import numpy.typing as npt
 
 from detectors.arrays import FloatArray
-from detectors.checks import is_int
+from detectors.checks import Checked, is_int, real
 from detectors.state_codec import JsonState
 from detectors.vocabulary import AlertSeverity
 
@@ -146,7 +146,7 @@ def _finite(value: float) -> bool:
 
 
 @dataclass(frozen=True)
-class RemapParams:
+class RemapParams(Checked):
     """Knobs of one GPU's row-remap tracker (times in ms, rates in rows/day).
 
     ``step_ms``: downsampling step; one series point per step (its last valid
@@ -171,17 +171,18 @@ class RemapParams:
     step_ms: int = HOUR_MS
     window_ms: int = 14 * DAY_MS
     recent_ms: int = 3 * DAY_MS
-    min_coverage: float = 0.5
-    min_rate_per_day: float = 6.0
+    min_coverage: float = real(0.5, above=0, at_most=1)
+    min_rate_per_day: float = real(6.0, above=0)
     min_rising_steps: int = 8
-    accel_ratio: float = 3.0
-    baseline_floor_per_day: float = 1.0
+    accel_ratio: float = real(3.0, above=1)
+    baseline_floor_per_day: float = real(1.0, above=0)
     horizon_ms: int = 7 * DAY_MS
     concerning_rows: int = 64
     limit_rows: int = 512
     hold_ms: int = DAY_MS
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         for name in ("step_ms", "window_ms", "recent_ms", "horizon_ms", "hold_ms",
                      "concerning_rows", "limit_rows", "min_rising_steps"):  # fmt: skip
             if not is_int(getattr(self, name)):
@@ -211,14 +212,6 @@ class RemapParams:
                 f"min_rising_steps must be in [1, recent steps = {self.recent_steps}], "
                 f"got {self.min_rising_steps}"
             )
-        if not (_finite(self.min_coverage) and 0 < self.min_coverage <= 1):
-            raise ValueError(f"min_coverage must be in (0, 1], got {self.min_coverage}")
-        for name in ("min_rate_per_day", "baseline_floor_per_day"):
-            value = getattr(self, name)
-            if not (_finite(value) and value > 0):
-                raise ValueError(f"{name} must be finite and > 0, got {value}")
-        if not (_finite(self.accel_ratio) and self.accel_ratio > 1):
-            raise ValueError(f"accel_ratio must be finite and > 1, got {self.accel_ratio}")
         if self.horizon_ms < 0 or self.hold_ms < 0:
             raise ValueError(
                 f"horizon_ms and hold_ms must be >= 0, got {self.horizon_ms}, {self.hold_ms}"

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from detectors.advisors.checkpoint_io import IoEvent
-from detectors.checks import check_ints, check_reals, is_real
+from detectors.checks import Checked, integer, is_real, real
 from detectors.phase import PhaseName
 from detectors.state_codec import FINITE_NON_NEGATIVE, JsonState
 from detectors.vocabulary import Advice, Figure
@@ -67,27 +67,24 @@ def mtbf_s(up_s: float, failures: int, prior_mtbf_s: float, prior_failures: floa
 
 
 @dataclass(frozen=True)
-class CheckpointIntervalParams:
+class CheckpointIntervalParams(Checked):
     """``prior_mtbf_s`` (source: 56.2 h) worth ``prior_failures`` failures; ``off_factor``: how
     far from T_opt (either way) is worth advice; once advised, ok again only within
     ``off_factor / hysteresis``; see the module docstring for the rest."""
 
-    prior_mtbf_s: float = 56.2 * 3600.0
-    prior_failures: float = 1.0
-    off_factor: float = 2.0
+    prior_mtbf_s: float = real(56.2 * 3600.0, above=0)
+    prior_failures: float = real(1.0, above=0)
+    off_factor: float = real(2.0, above=1)
     hysteresis: float = 1.25
-    min_intervals: int = 3
-    recent: int = 16
-    same_failure_s: float = 900.0
-    repeat_s: float = 86_400.0
+    min_intervals: int = integer(3)
+    recent: int = integer(16)
+    same_failure_s: float = real(900.0, at_least=0)
+    repeat_s: float = real(86_400.0, above=0)
 
     def __post_init__(self) -> None:
-        check_reals(self, "prior_mtbf_s", "prior_failures", "repeat_s", above=0)
-        check_reals(self, "off_factor", above=1)
+        super().__post_init__()
         if not (is_real(self.hysteresis) and 1 <= self.hysteresis < self.off_factor):
             raise ValueError(f"hysteresis must be in [1, off_factor), got {self.hysteresis!r}")
-        check_reals(self, "same_failure_s", at_least=0)
-        check_ints(self, "min_intervals", "recent", minimum=1)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from detectors.checks import check_reals, is_real
+from detectors.checks import Checked, is_real, real
 from detectors.phase import Phase
 from detectors.state_codec import JsonState
 from detectors.vocabulary import Advice
@@ -47,7 +47,7 @@ _TRAINING_UTIL_FROM = 50.0
 
 
 @dataclass(frozen=True)
-class CheckpointIoParams:
+class CheckpointIoParams(Checked):
     """``write_max_bytes_per_s`` / ``read_max_bytes_per_s``: the storage's maxima (source:
     250 / 700 GB/s). ``queue_dominated_share``: the queue's share of the request time from
     which I/O is queue-dominated. ``util_drop_floor``: GPU-util points below the training
@@ -55,21 +55,16 @@ class CheckpointIoParams:
     level. ``repeat_s``: the same advice again at most this often. Feature names: the
     catalog's per-request NFS times."""
 
-    write_max_bytes_per_s: float = 250e9
-    read_max_bytes_per_s: float = 700e9
-    queue_dominated_share: float = 0.5
-    util_drop_floor: float = 2.0
-    util_alpha: float = 0.05
-    repeat_s: float = 86_400.0
+    write_max_bytes_per_s: float = real(250e9, above=0)
+    read_max_bytes_per_s: float = real(700e9, above=0)
+    queue_dominated_share: float = real(0.5, above=0, at_most=1)
+    util_drop_floor: float = real(2.0, at_least=0, below=100)
+    util_alpha: float = real(0.05, above=0, at_most=1)
+    repeat_s: float = real(86_400.0, above=0)
     write_queue_feature: str = "nfs_write_queue_s"
     write_response_feature: str = "nfs_write_rtt_s"
     read_queue_feature: str = "nfs_read_queue_s"
     read_response_feature: str = "nfs_read_rtt_s"
-
-    def __post_init__(self) -> None:
-        check_reals(self, "write_max_bytes_per_s", "read_max_bytes_per_s", "repeat_s", above=0)
-        check_reals(self, "queue_dominated_share", "util_alpha", above=0, at_most=1)
-        check_reals(self, "util_drop_floor", at_least=0, below=100)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from detectors.advisors.jobs import JobEvent
-from detectors.checks import check_ints, check_reals, is_int
+from detectors.checks import Checked, integer, is_int, real
 from detectors.families import XID_ALERT
 from detectors.family import BucketEvidence, ClosedBucket, FamilyStep, GroupEnd, GroupFamily
 from detectors.state_codec import JsonState
@@ -53,26 +53,22 @@ MAX_ENTRIES = 10_000  # per node and kind (and jobs per group): far above a wind
 
 
 @dataclass(frozen=True)
-class LedgerParams:
-    window_s: float = 14 * 86_400.0
-    top_k: int = 3
-    concentration_share: float = 0.5
-    min_exclusions: int = 10
-    chronic_exclusions: int = 3
-    chronic_alerts: int = 10
+class LedgerParams(Checked):
+    window_s: float = real(14 * 86_400.0, above=0)
+    top_k: int = integer(3)
+    concentration_share: float = real(0.5, above=0, below=1)
+    min_exclusions: int = integer(10)
+    chronic_exclusions: int = integer(3)
+    chronic_alerts: int = integer(10)
     app_xids: tuple[int, ...] = (13, 31, 43, 45)
-    peer_ratio: float = 5.0
-    peer_floor: float = 0.5
-    min_app_xids: int = 3
-    return_window_s: float = 3600.0
+    peer_ratio: float = real(5.0, at_least=1)
+    peer_floor: float = real(0.5, above=0)
+    min_app_xids: int = integer(3)
+    return_window_s: float = real(3600.0, above=0)
     return_min_action: str = "RESTART_VM"
 
     def __post_init__(self) -> None:
-        check_reals(self, "window_s", "return_window_s", "peer_floor", above=0)
-        check_reals(self, "peer_ratio", at_least=1)
-        check_reals(self, "concentration_share", above=0, below=1)
-        counts = ("top_k", "min_exclusions", "chronic_exclusions", "chronic_alerts", "min_app_xids")
-        check_ints(self, *counts, minimum=1)
+        super().__post_init__()
         if any(not is_int(x) or x < 1 for x in self.app_xids):
             raise ValueError(f"app_xids must be XIDs (ints >= 1), got {self.app_xids!r}")
         if not is_action(self.return_min_action):

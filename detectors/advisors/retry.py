@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from detectors.advisors.jobs import JobEvent
-from detectors.checks import check_ints, check_reals
+from detectors.checks import Checked, integer, real
 from detectors.state_codec import JsonState
 from detectors.vocabulary import Advice, Figure
 from detectors.xid.actions import is_action
@@ -59,26 +59,26 @@ MAX_XIDS = 10_000  # recent XIDs kept per group, far above a window's worth
 
 
 @dataclass(frozen=True)
-class RetryParams:
+class RetryParams(Checked):
     """Backoff, caps and the catalog action → step mapping (any other action excludes)."""
 
-    base_delay_s: float = 600.0
-    backoff_factor: float = 2.0
-    max_delay_s: float = 2400.0
-    max_identical: int = 3  # the same failure this many times in a row: stop and page
-    max_failures: int = 6  # failures in a row of any kind (since the job last trained)
-    xid_window_s: float = 600.0  # XIDs on the attempt's nodes this long before it failed
-    exclusion_s: float = 86_400.0  # an excluded node is out of the pool this long
+    base_delay_s: float = real(600.0, at_least=0)
+    backoff_factor: float = real(2.0, at_least=1)
+    max_delay_s: float = real(2400.0, at_least=0)
+    max_identical: int = integer(3)  # the same failure this many times in a row: stop and page
+    max_failures: int = integer(6)  # failures in a row of any kind (since the job last trained)
+    # XIDs on the attempt's nodes this long before it failed
+    xid_window_s: float = real(600.0, at_least=0)
+    exclusion_s: float = real(86_400.0, at_least=0)  # an excluded node is out of the pool this long
     retry_actions: tuple[str, ...] = ("IGNORE", "RESTART_APP")
     reset_actions: tuple[str, ...] = ("RESET_GPU",)
     stop_actions: tuple[str, ...] = ()
-    max_downtimes: int = 1000  # downtimes kept for the medians
-    max_chains: int = 10_000  # job names kept per group: the least recently heard of goes first
+    max_downtimes: int = integer(1000)  # downtimes kept for the medians
+    # job names kept per group: the least recently heard of goes first
+    max_chains: int = integer(10_000)
 
     def __post_init__(self) -> None:
-        check_reals(self, "base_delay_s", "max_delay_s", "xid_window_s", "exclusion_s", at_least=0)
-        check_reals(self, "backoff_factor", at_least=1)
-        check_ints(self, "max_identical", "max_failures", "max_downtimes", "max_chains", minimum=1)
+        super().__post_init__()
         seen: set[str] = set()
         for name in ("retry_actions", "reset_actions", "stop_actions"):
             for action in getattr(self, name):

@@ -45,7 +45,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from detectors.checks import check_ints
+from detectors.checks import Checked, integer
 from detectors.failslow.localise import Culprit, Localisation
 from detectors.failslow.mitigation import STAGES, Stage
 from detectors.failslow.monitor import FailSlowVerdict
@@ -75,15 +75,12 @@ STAGE_ACTIONS: Mapping[Stage, str] = {
 
 
 @dataclass(frozen=True)
-class FailSlowAlertParams:
+class FailSlowAlertParams(Checked):
     """``resolve_after``: buckets without evidence before a firing alert resolves.
     ``bucket_ms``: bucket length (turns bucket indices into timestamps)."""
 
-    resolve_after: int = 10
-    bucket_ms: int = DEFAULT_BUCKET_MS
-
-    def __post_init__(self) -> None:
-        check_ints(self, "resolve_after", "bucket_ms")
+    resolve_after: int = integer(10)
+    bucket_ms: int = integer(DEFAULT_BUCKET_MS)
 
 
 def _fail_slow_firing(firing: Mapping[str, Firing], where: str) -> None:

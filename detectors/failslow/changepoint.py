@@ -75,7 +75,7 @@ from typing import Literal
 import numpy as np
 
 from detectors.arrays import FloatArray
-from detectors.checks import check_ints, check_reals
+from detectors.checks import Checked, integer, real
 from detectors.state_codec import FINITE, FINITE_NON_NEGATIVE, JsonState
 
 __all__ = [
@@ -94,7 +94,7 @@ _MEDIAN_VARIANCE = math.pi / 2.0  # variance of a normal sample's median / that 
 
 
 @dataclass(frozen=True)
-class ChangePointParams:
+class ChangePointParams(Checked):
     """Prior, hazard and confirmation rule of :func:`step_changepoint`.
 
     ``hazard_buckets``: prior mean run length λ (hazard 1/λ; 240 = 2 h).
@@ -112,25 +112,23 @@ class ChangePointParams:
     ``min_noise``: floor of that estimate (relative).
     """
 
-    hazard_buckets: float = 240.0
-    max_run_length: int = 240
-    prior_noise: float = 0.02
-    alpha0: float = 1.0
-    kappa0: float = 0.01
-    min_shift: float = 0.10
-    sustain_buckets: int = 3
-    shift_sigmas: float = 3.0
-    max_shortfall: float = 0.3
-    bucket_fraction: float = 0.5
-    reference_buckets: int = 20
-    min_reference_buckets: int = 5
-    noise_buckets: int = 120
-    min_noise: float = 0.002
+    hazard_buckets: float = real(240.0, above=1)
+    max_run_length: int = integer(240)
+    prior_noise: float = real(0.02, above=0)
+    alpha0: float = real(1.0, above=0)
+    kappa0: float = real(0.01, above=0)
+    min_shift: float = real(0.10, above=0, below=1)
+    sustain_buckets: int = integer(3)
+    shift_sigmas: float = real(3.0, at_least=0)
+    max_shortfall: float = real(0.3, at_least=0, below=1)
+    bucket_fraction: float = real(0.5, at_least=0, at_most=1)
+    reference_buckets: int = integer(20)
+    min_reference_buckets: int = integer(5, minimum=2)
+    noise_buckets: int = integer(120)
+    min_noise: float = real(0.002, above=0)
 
     def __post_init__(self) -> None:
-        check_reals(self, "hazard_buckets", above=1)
-        check_ints(self, "max_run_length", "sustain_buckets", "reference_buckets", "noise_buckets")
-        check_ints(self, "min_reference_buckets", minimum=2)
+        super().__post_init__()
         if self.min_reference_buckets > self.reference_buckets:
             raise ValueError("min_reference_buckets must be <= reference_buckets")
         if self.noise_buckets < self.reference_buckets:
@@ -140,11 +138,6 @@ class ChangePointParams:
                 "max_run_length must cover sustain_buckets + noise_buckets "
                 f"({self.sustain_buckets + self.noise_buckets}), got {self.max_run_length}"
             )
-        check_reals(self, "prior_noise", "alpha0", "kappa0", "min_noise", above=0)
-        check_reals(self, "min_shift", above=0, below=1)
-        check_reals(self, "shift_sigmas", at_least=0)
-        check_reals(self, "max_shortfall", at_least=0, below=1)
-        check_reals(self, "bucket_fraction", at_least=0, at_most=1)
 
     @property
     def hazard(self) -> float:

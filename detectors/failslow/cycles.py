@@ -45,7 +45,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from detectors.arrays import FloatArray
-from detectors.checks import check_ints, check_reals
+from detectors.checks import Checked, integer, real
 from detectors.state_codec import JsonState, check
 
 __all__ = [
@@ -66,7 +66,7 @@ _HARMONIC_SHARE = 0.8  # a shorter lag within 80 % of the best peak is the funda
 
 
 @dataclass(frozen=True)
-class CycleParams:
+class CycleParams(Checked):
     """Dip detection, history and period search of :func:`step_cycles`.
 
     ``dip_depth``: relative drop below the level that makes a dip bucket.
@@ -87,36 +87,28 @@ class CycleParams:
     made (a missed dip or two does not lose the phase).
     """
 
-    dip_depth: float = 0.10
-    max_dip_buckets: int = 20
-    level_buckets: int = 20
-    downsample: int = 4
-    history_bins: int = 720
-    min_period_buckets: int = 40
-    max_period_buckets: int = 960
-    min_repeats: int = 4
-    min_acf: float = 0.6
-    jitter_bins: int = 2
-    tolerance: float = 0.05
-    min_tolerance_buckets: int = 2
-    max_events: int = 128
-    max_cycles: int = 2
-    max_ahead: int = 3
+    dip_depth: float = real(0.10, above=0, below=1)
+    max_dip_buckets: int = integer(20)
+    level_buckets: int = integer(20, minimum=3)
+    downsample: int = integer(4)
+    history_bins: int = integer(720, minimum=8)
+    min_period_buckets: int = integer(40, minimum=2)
+    max_period_buckets: int = integer(960, minimum=2)
+    min_repeats: int = integer(4, minimum=2)
+    min_acf: float = real(0.6, above=0, at_most=1)
+    jitter_bins: int = integer(2, minimum=0)
+    tolerance: float = real(0.05, at_least=0, below=0.5)
+    min_tolerance_buckets: int = integer(2, minimum=0)
+    max_events: int = integer(128, minimum=2)
+    max_cycles: int = integer(2)
+    max_ahead: int = integer(3)
 
     def __post_init__(self) -> None:
-        check_reals(self, "dip_depth", above=0, below=1)
-        check_ints(self, "max_dip_buckets", "downsample", "max_cycles", "max_ahead")
-        check_ints(self, "level_buckets", minimum=3)
-        check_ints(self, "history_bins", minimum=8)
-        check_ints(self, "min_period_buckets", "max_period_buckets", "min_repeats", minimum=2)
-        check_ints(self, "max_events", minimum=2)
-        check_ints(self, "jitter_bins", "min_tolerance_buckets", minimum=0)
+        super().__post_init__()
         if self.max_period_buckets <= self.min_period_buckets:
             raise ValueError("max_period_buckets must be > min_period_buckets")
         if self.min_period_buckets <= self.max_dip_buckets:
             raise ValueError("min_period_buckets must exceed max_dip_buckets (a dip is shorter)")
-        check_reals(self, "min_acf", above=0, at_most=1)
-        check_reals(self, "tolerance", at_least=0, below=0.5)
 
 
 @dataclass(frozen=True)

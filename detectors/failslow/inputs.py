@@ -40,7 +40,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from detectors.checks import check_ints
+from detectors.checks import Checked, integer
 from detectors.failslow.localise import MASK_MAX, NodeMetrics, overflow_safe_median
 from detectors.features import per_gpu_key
 
@@ -75,7 +75,7 @@ _REDUCED_FIELDS: Mapping[str, str] = {
 
 
 @dataclass(frozen=True)
-class InputParams:
+class InputParams(Checked):
     """Which frame features carry the job's pace, and GPUs per node when frames do not say.
 
     ``tokens_feature`` (higher is better) is preferred; ``iteration_feature``
@@ -85,13 +85,13 @@ class InputParams:
 
     tokens_feature: str = "tokens_per_s"
     iteration_feature: str = "iteration_time_s"
-    min_ranks: int = 1
-    gpus_per_node: int = 8
+    min_ranks: int = integer(1)
+    gpus_per_node: int = integer(8)
 
     def __post_init__(self) -> None:
         if not self.tokens_feature or not self.iteration_feature:
             raise ValueError("tokens_feature and iteration_feature must be named")
-        check_ints(self, "min_ranks", "gpus_per_node")
+        super().__post_init__()
 
 
 @dataclass(frozen=True)

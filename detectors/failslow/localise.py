@@ -54,7 +54,7 @@ import numpy as np
 import numpy.typing as npt
 
 from detectors.arrays import FloatArray
-from detectors.checks import check_reals
+from detectors.checks import Checked, integer, real
 from detectors.peer import peer_zscores
 from detectors.state_codec import JsonState
 from detectors.vocabulary import Signal
@@ -189,7 +189,7 @@ class NodeMetrics:
 
 
 @dataclass(frozen=True)
-class LocaliseParams:
+class LocaliseParams(Checked):
     """Thresholds of :func:`localise`.
 
     ``z_threshold``: |z| that convicts (4 = the fusion layer's evidence gate).
@@ -201,26 +201,21 @@ class LocaliseParams:
     slowdown reason to convict. ``max_evidence``: signals kept per culprit.
     """
 
-    z_threshold: float = 4.0
+    z_threshold: float = real(4.0, above=0)
     min_peers: int = 4
-    cluster_fraction: float = 0.3
-    reference_shift: float = 0.25
-    throttle_clock_z: float = 2.0
-    max_evidence: int = 6
+    cluster_fraction: float = real(0.3, above=0, below=0.5)
+    reference_shift: float = real(0.25, above=0)
+    throttle_clock_z: float = real(2.0, at_least=0)
+    max_evidence: int = integer(6)
 
     def __post_init__(self) -> None:
-        check_reals(self, "z_threshold", above=0)
+        super().__post_init__()
         if isinstance(self.min_peers, bool) or not isinstance(self.min_peers, int):
             raise ValueError(f"min_peers must be an int, got {self.min_peers!r}")
         if self.min_peers < 3:
             raise ValueError(
                 f"min_peers must be >= 3 (a median of two blames no one), got {self.min_peers}"
             )
-        check_reals(self, "cluster_fraction", above=0, below=0.5)
-        check_reals(self, "reference_shift", above=0)
-        check_reals(self, "throttle_clock_z", at_least=0)
-        if self.max_evidence < 1:
-            raise ValueError(f"max_evidence must be >= 1, got {self.max_evidence}")
 
 
 @dataclass(frozen=True)

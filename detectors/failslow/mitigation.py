@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from detectors.checks import check_reals
+from detectors.checks import Checked, check_reals, real
 from detectors.features import DEFAULT_BUCKET_MS
 from detectors.state_codec import FINITE_NON_NEGATIVE, JsonState
 
@@ -84,25 +84,24 @@ class StageCost:
 
 
 @dataclass(frozen=True)
-class MitigationParams:
+class MitigationParams(Checked):
     """Costs of S2–S4. Defaults: S2 10 s at 1.59× (compute / cpu only: rebalancing
     cannot speed a link), S3 2 min at 1.23×, S4 = ``checkpoint_save_s`` (30 s,
     the report's saves take 18–32 s) + ``restart_load_s`` (31 min, the report's
     median load), back to baseline. ``bucket_s``: seconds per bucket.
     """
 
-    bucket_s: float = DEFAULT_BUCKET_MS / 1000
+    bucket_s: float = real(DEFAULT_BUCKET_MS / 1000, above=0)
     rebalance: StageCost = field(
         default_factory=lambda: StageCost(10.0, 1.59, frozenset({"compute", "cpu"}))
     )
     topology: StageCost = field(default_factory=lambda: StageCost(120.0, 1.23))
-    checkpoint_save_s: float = 30.0
-    restart_load_s: float = 31.0 * 60.0
+    checkpoint_save_s: float = real(30.0, at_least=0)
+    restart_load_s: float = real(31.0 * 60.0, at_least=0)
     restart_classes: frozenset[str] = _NODE_CLASSES
 
     def __post_init__(self) -> None:
-        check_reals(self, "bucket_s", above=0)
-        check_reals(self, "checkpoint_save_s", "restart_load_s", at_least=0)
+        super().__post_init__()
         object.__setattr__(self, "restart_classes", frozenset(self.restart_classes))
 
     def escalation(self) -> tuple[tuple[Stage, StageCost], ...]:

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from detectors.checks import check_ints
+from detectors.checks import Checked, integer, part
 from detectors.failslow.changepoint import (
     ChangePointParams,
     ChangePointState,
@@ -55,18 +55,18 @@ __all__ = ["FailSlowParams", "FailSlowState", "FailSlowVerdict", "step_failslow"
 
 
 @dataclass(frozen=True)
-class FailSlowParams:
+class FailSlowParams(Checked):
     """Parameters of the five parts, and how many buckets the localiser combines."""
 
-    changepoint: ChangePointParams = field(default_factory=ChangePointParams)
-    cycles: CycleParams = field(default_factory=CycleParams)
-    localise: LocaliseParams = field(default_factory=LocaliseParams)
-    mitigation: MitigationParams = field(default_factory=MitigationParams)
-    slo: SloParams = field(default_factory=SloParams)
-    localise_buckets: int = 3
+    changepoint: ChangePointParams = part(ChangePointParams)
+    cycles: CycleParams = part(CycleParams)
+    localise: LocaliseParams = part(LocaliseParams)
+    mitigation: MitigationParams = part(MitigationParams)
+    slo: SloParams = part(SloParams)
+    localise_buckets: int = integer(3)
 
     def __post_init__(self) -> None:
-        check_ints(self, "localise_buckets")
+        super().__post_init__()
         if self.mitigation.bucket_s != self.slo.bucket_s:
             raise ValueError("mitigation and slo must use the same bucket_s")
 

@@ -38,7 +38,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from detectors.checks import check_ints, check_reals
+from detectors.checks import Checked, integer, maybe_real, real
 from detectors.failslow.localise import Localisation
 from detectors.failslow.mitigation import STAGES, Advice, Stage
 from detectors.failslow.quantile import QuantileSketch
@@ -49,27 +49,17 @@ __all__ = ["Incident", "SloParams", "SloState", "SloSummary", "step_slo", "summa
 
 
 @dataclass(frozen=True)
-class SloParams:
+class SloParams(Checked):
     """Accounting parameters (see the module docstring)."""
 
-    bucket_s: float = DEFAULT_BUCKET_MS / 1000
-    band: float = 0.9
-    expected_throughput: float | None = None
-    min_baseline_buckets: int = 10
-    gpus_per_node: int = 8
-    relative_accuracy: float = 0.005
-    max_incidents: int = 100
-    merge_gap_buckets: int = 10
-
-    def __post_init__(self) -> None:
-        check_reals(self, "bucket_s", above=0)
-        check_reals(self, "band", above=0, at_most=1)
-        expected = self.expected_throughput
-        if expected is not None and not (math.isfinite(expected) and expected > 0):
-            raise ValueError(f"expected_throughput must be finite and > 0, got {expected}")
-        check_ints(self, "min_baseline_buckets", "gpus_per_node", "max_incidents")
-        check_ints(self, "merge_gap_buckets", minimum=0)
-        check_reals(self, "relative_accuracy", above=0, below=0.5)
+    bucket_s: float = real(DEFAULT_BUCKET_MS / 1000, above=0)
+    band: float = real(0.9, above=0, at_most=1)
+    expected_throughput: float | None = maybe_real(None, above=0)
+    min_baseline_buckets: int = integer(10)
+    gpus_per_node: int = integer(8)
+    relative_accuracy: float = real(0.005, above=0, below=0.5)
+    max_incidents: int = integer(100)
+    merge_gap_buckets: int = integer(10, minimum=0)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from detectors.checks import check_ints, is_int
+from detectors.checks import Checked, integer, is_int
 from detectors.state_codec import JsonState, check, pairs
 from detectors.xid.actions import RESET_CLASS, SEVERITY_RANK, Severity, action_rank, is_action
 from detectors.xid.catalog import XidCatalog, XidEntry
@@ -36,7 +36,7 @@ HOUR_MS = 60 * MINUTE_MS
 
 
 @dataclass(frozen=True)
-class EscalationParams:
+class EscalationParams(Checked):
     """Windows and backoff of :class:`XidEscalator` (times in ms).
 
     ``window_ms`` (24 h): how far back a repeat counts. ``incident_gap_ms``
@@ -54,15 +54,15 @@ class EscalationParams:
     bounds how many distinct codes one GPU's state remembers.
     """
 
-    window_ms: int = 24 * HOUR_MS
-    incident_gap_ms: int = 5 * MINUTE_MS
+    window_ms: int = integer(24 * HOUR_MS)
+    incident_gap_ms: int = integer(5 * MINUTE_MS)
     retry_backoff_ms: tuple[int, ...] = (10 * MINUTE_MS, 20 * MINUTE_MS, 40 * MINUTE_MS)
-    retry_streak_gap_ms: int = 2 * HOUR_MS
+    retry_streak_gap_ms: int = integer(2 * HOUR_MS)
     repeated_reset_action: str = "CONTACT_SUPPORT"
-    max_xids_per_gpu: int = 32
+    max_xids_per_gpu: int = integer(32)
 
     def __post_init__(self) -> None:
-        check_ints(self, "window_ms", "incident_gap_ms", "retry_streak_gap_ms", "max_xids_per_gpu")
+        super().__post_init__()
         if self.incident_gap_ms >= self.window_ms:
             raise ValueError("incident_gap_ms must be shorter than window_ms")
         if not isinstance(self.retry_backoff_ms, tuple) or not self.retry_backoff_ms:

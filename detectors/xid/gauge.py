@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from detectors.checks import Checked, flag
 from detectors.state_codec import JsonState, check
 from detectors.xid.events import XidEvent
 
@@ -14,7 +15,7 @@ __all__ = ["XidGaugeParams", "XidGaugeTracker"]
 
 
 @dataclass(frozen=True)
-class XidGaugeParams:
+class XidGaugeParams(Checked):
     """How :class:`XidGaugeTracker` treats a GPU it has no state for.
 
     ``initial_known`` (default True): a non-zero first value is an XID that
@@ -28,11 +29,7 @@ class XidGaugeParams:
     sample lies inside the period under study.
     """
 
-    initial_known: bool = True
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.initial_known, bool):
-            raise ValueError(f"initial_known must be a bool, got {self.initial_known!r}")
+    initial_known: bool = flag(True)
 
 
 _MAX_XID = 2**31 - 1
