@@ -17,12 +17,16 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from typing import Unpack
+
 __all__ = [
     "MAX_NAME",
+    "Bounds",
     "Checked",
     "check_ints",
     "check_name",
@@ -44,6 +48,15 @@ Rule = Callable[[str, Any], None]
 """``rule(name, value)`` raises ValueError naming the field if the value is not allowed."""
 
 _RULE = "detectors.checks.rule"  # the dataclass field metadata key of a field's rule
+
+
+class Bounds(TypedDict, total=False):
+    """A number's bounds: ``above`` / ``at_least`` below it, ``below`` / ``at_most`` above."""
+
+    above: float
+    at_least: float
+    below: float
+    at_most: float
 
 
 def is_int(x: object) -> bool:
@@ -69,10 +82,22 @@ class Checked:
     """Base of the parameter dataclasses: validates every field declared with a rule."""
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):  # type: ignore[arg-type]
-            rule = f.metadata.get(_RULE)
-            if rule is not None:
-                rule(f.name, getattr(self, f.name))
+        for name, rule in _rules(type(self)):
+            rule(name, getattr(self, name))
+
+
+_RULES: dict[type, tuple[tuple[str, Rule], ...]] = {}
+
+
+def _rules(cls: type) -> tuple[tuple[str, Rule], ...]:
+    """The fields of ``cls`` that carry a rule, in declaration order (found once per class)."""
+    found = _RULES.get(cls)
+    if found is None:
+        fields = dataclasses.fields(cls)
+        found = _RULES[cls] = tuple(
+            (f.name, f.metadata[_RULE]) for f in fields if _RULE in f.metadata
+        )
+    return found
 
 
 def checked(default: T, rule: Rule) -> T:
@@ -85,28 +110,14 @@ def integer(default: int, *, minimum: int = 1, maximum: int | None = None) -> in
     return checked(default, _int_rule(minimum, maximum))
 
 
-def real(
-    default: float,
-    *,
-    above: float | None = None,
-    at_least: float | None = None,
-    below: float | None = None,
-    at_most: float | None = None,
-) -> float:
+def real(default: float, **bounds: Unpack[Bounds]) -> float:
     """A finite number field (not a bool) within the given bounds."""
-    return checked(default, _real_rule(above, at_least, below, at_most))
+    return checked(default, _real_rule(**bounds))
 
 
-def maybe_real(
-    default: float | None = None,
-    *,
-    above: float | None = None,
-    at_least: float | None = None,
-    below: float | None = None,
-    at_most: float | None = None,
-) -> float | None:
+def maybe_real(default: float | None = None, **bounds: Unpack[Bounds]) -> float | None:
     """Like :func:`real`, or None (not set)."""
-    within = _real_rule(above, at_least, below, at_most)
+    within = _real_rule(**bounds)
 
     def rule(name: str, value: Any) -> None:
         if value is not None:
@@ -142,16 +153,9 @@ def check_ints(owner: object, *names: str, minimum: int = 1, maximum: int | None
         rule(name, getattr(owner, name))
 
 
-def check_reals(
-    owner: object,
-    *names: str,
-    above: float | None = None,
-    at_least: float | None = None,
-    below: float | None = None,
-    at_most: float | None = None,
-) -> None:
+def check_reals(owner: object, *names: str, **bounds: Unpack[Bounds]) -> None:
     """Each named field of ``owner`` is a finite number (not a bool) within the given bounds."""
-    rule = _real_rule(above, at_least, below, at_most)
+    rule = _real_rule(**bounds)
     for name in names:
         rule(name, getattr(owner, name))
 
@@ -166,7 +170,10 @@ def _int_rule(minimum: int, maximum: int | None) -> Rule:
 
 
 def _real_rule(
-    above: float | None, at_least: float | None, below: float | None, at_most: float | None
+    above: float | None = None,
+    at_least: float | None = None,
+    below: float | None = None,
+    at_most: float | None = None,
 ) -> Rule:
     def rule(name: str, value: Any) -> None:
         ok = is_real(value) and not (
