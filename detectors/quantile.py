@@ -1,32 +1,49 @@
-"""A streaming quantile (the P² estimator) as plain JSON state.
+"""Streaming quantiles as plain JSON state (frozen :class:`JsonState` dataclasses, no pickle).
 
-Five markers (min, q/2, q, (1+q)/2, max) track one quantile of an unbounded
-stream in constant space (Jain & Chlamtac 1985). The arithmetic is river's
-``stats.Quantile`` (its Rust core, ``rust_src/quantile.rs``) step for step, in
-the same order, so the estimates are the same floats (the tests feed both and
-compare bit for bit): a model calibrated by river before gives the same scores
-after. River's object only persists as a pickle of compiled state; this one is
-a frozen dataclass the state codec writes as numbers, and a legacy pickle of
-river's sketch is read once by :func:`from_river_state`.
+Two estimators, each where the other is the wrong tool:
+
+* :class:`P2Quantile` — one fixed quantile far in a tail, over an unbounded
+  signed stream, in constant space (five markers: the P² estimator, Jain &
+  Chlamtac 1985). The multivariate model's 99.9th-percentile calibration.
+  The arithmetic is river's ``stats.Quantile`` (its Rust core,
+  ``rust_src/quantile.rs``) step for step, in the same order, so the
+  estimates are the same floats (the tests feed both and compare bit for
+  bit); a legacy pickle of river's sketch is read once by
+  :func:`from_river_state`.
+* :class:`QuantileSketch` — any quantile of a positive series, exact in rank
+  and within relative error α in value (the DDSketch idea; bins grow with
+  the series' log range). The fail-slow SLO's P50 / P5 and learned baseline.
+
+Why not one: P² is a heuristic on small samples (on the SLO tests' hand-computed
+job it gives 89.2 as the P50 of 11 values whose median is 95, and 100 as the
+median of 100, 104, 98, 80 where the rank rule says 98), and the log-binned
+sketch on the calibration's stream (half of 20,000 t(8) values positive) holds
+651 bins, 7.2 KB of JSON against P²'s 282 bytes, at ~500 µs per value added.
 
 >>> s = P2Quantile(0.5)
 >>> for x in (9.0, 7.0, 3.0, 2.0, 6.0, 1.0, 8.0, 5.0, 4.0):
 ...     s = s.add(x)
 >>> s.get(), s.count
 (5.0, 9)
+>>> t = QuantileSketch()
+>>> for x in (100.0, 101.0, 99.0, 50.0, 100.5):
+...     t = t.add(x)
+>>> round(t.quantile(0.5), 1), round(t.quantile(0.0), 1), t.count
+(100.0, 50.0, 5)
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from detectors.checks import check_reals
+from detectors.checks import check_ints, check_reals
 from detectors.state_codec import JsonState, check
 
-__all__ = ["P2Quantile", "from_river_state"]
+__all__ = ["P2Quantile", "QuantileSketch", "from_river_state"]
 
 # River's sorting network for the first five values (the order matters for -0.0 vs 0.0).
 _NETWORK = ((0, 1), (3, 4), (0, 2), (1, 2), (0, 3), (2, 3), (1, 4), (1, 2), (3, 4))
@@ -171,3 +188,87 @@ def from_river_state(raw: bytes) -> P2Quantile:
         raise ValueError("not a river quantile state")
     heights = tuple(numbers[16 : 16 + n_heights])
     return P2Quantile(q, tuple(numbers[6:11]), tuple(numbers[11:16]), heights, is_sorted)
+
+
+# ---------------------------------------------------------------- log-binned sketch
+# A value x > 0 goes to bin ceil(log_γ x) with γ = (1 + α) / (1 − α); every value in a bin
+# is within relative error α of the bin's representative 2 γ^i / (γ + 1). So a quantile is
+# exact in rank and within α (default 0.5 %) in value, whatever the stream's length, and a
+# job's whole life fits in a few hundred bins. Beyond ``max_bins`` the lowest bins merge
+# (only the far low tail, where a P5 never reaches in practice, loses accuracy).
+
+
+def _increasing_bins(bins: tuple[tuple[int, int], ...], where: str) -> None:
+    if any(c < 1 for _, c in bins) or [k for k, _ in bins] != sorted({k for k, _ in bins}):
+        raise ValueError("QuantileSketch: bins must be strictly increasing with counts >= 1")
+
+
+@dataclass(frozen=True)
+class QuantileSketch(JsonState):
+    """Frozen sketch: ``add`` returns a new one. ``bins``: sorted (index, count) pairs."""
+
+    relative_accuracy: float = 0.005
+    max_bins: int = 2048
+    bins: tuple[tuple[int, int], ...] = field(default=(), metadata=check(_increasing_bins))
+    count: int = 0
+    low: float | None = None
+    high: float | None = None
+
+    def __post_init__(self) -> None:
+        check_reals(self, "relative_accuracy", above=0, below=0.5)
+        check_ints(self, "max_bins", minimum=2)
+        if sum(c for _, c in self.bins) != self.count:
+            raise ValueError("bin counts do not add up to count")
+
+    @property
+    def gamma(self) -> float:
+        return (1.0 + self.relative_accuracy) / (1.0 - self.relative_accuracy)
+
+    def add(self, value: float) -> QuantileSketch:
+        """The sketch with ``value`` added; a non-finite or non-positive value is ignored."""
+        x = float(value)
+        if not (math.isfinite(x) and x > 0):
+            return self
+        index = math.ceil(math.log(x) / math.log(self.gamma))
+        keys = [k for k, _ in self.bins]
+        pos = bisect.bisect_left(keys, index)
+        bins = list(self.bins)
+        if pos < len(bins) and bins[pos][0] == index:
+            bins[pos] = (index, bins[pos][1] + 1)
+        else:
+            bins.insert(pos, (index, 1))
+        if len(bins) > self.max_bins:  # merge the lowest bins into the first kept one
+            extra = len(bins) - self.max_bins + 1
+            merged = sum(c for _, c in bins[:extra])
+            bins = [(bins[extra - 1][0], merged), *bins[extra:]]
+        return QuantileSketch(
+            relative_accuracy=self.relative_accuracy,
+            max_bins=self.max_bins,
+            bins=tuple(bins),
+            count=self.count + 1,
+            low=x if self.low is None else min(self.low, x),
+            high=x if self.high is None else max(self.high, x),
+        )
+
+    def quantile(self, q: float) -> float:
+        """The value at rank ⌊q·(count − 1)⌋ of the sorted stream, within relative error α.
+
+        NaN when empty. q = 0 and q = 1 give the exact minimum and maximum.
+        """
+        if not 0 <= q <= 1:
+            raise ValueError(f"q must be in [0, 1], got {q}")
+        if self.count == 0 or self.low is None or self.high is None:
+            return math.nan
+        rank = math.floor(q * (self.count - 1))
+        if rank == 0:
+            return self.low
+        if rank == self.count - 1:
+            return self.high
+        seen = 0
+        gamma = self.gamma
+        for index, c in self.bins:
+            seen += c
+            if seen > rank:
+                value = 2.0 * gamma**index / (gamma + 1.0)
+                return min(max(value, self.low), self.high)
+        return self.high

@@ -11,7 +11,7 @@ state frozen and JSON-safe through ``to_dict`` / ``from_dict``):
   (compute, cpu, network, cluster-wide) by comparing peers of the same role;
 * :mod:`~detectors.failslow.mitigation` — S1 observe → S2 rebalance → S3
   topology → S4 restart without the node, as far as the loss pays for;
-* :mod:`~detectors.failslow.slo` (with :mod:`~detectors.failslow.quantile`) —
+* :mod:`~detectors.failslow.slo` (with :class:`detectors.quantile.QuantileSketch`) —
   throughput-SLO accounting and incidents;
 * :mod:`~detectors.failslow.monitor` — the per-job, per-bucket step that
   threads the five together for the stream worker;

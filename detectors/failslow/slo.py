@@ -12,7 +12,7 @@ module keeps:
   known *before* it; buckets before any baseline are "unjudged".
 * **P50 / P5** — of the observed throughput (every bucket with a figure, dips
   and slowdowns included), streaming with bounded relative error
-  (:class:`detectors.failslow.quantile.QuantileSketch`).
+  (:class:`detectors.quantile.QuantileSketch`).
 * **time below** — seconds with throughput < ``band`` × baseline (default
   90 %), and how many of those fell in expected dips (checkpoints).
 * **GPU-hours** — allocated (n_gpus × bucket, every bucket), within the band
@@ -41,8 +41,8 @@ from typing import Any
 from detectors.checks import Checked, integer, maybe_real, real
 from detectors.failslow.localise import Localisation
 from detectors.failslow.mitigation import STAGES, Advice, Stage
-from detectors.failslow.quantile import QuantileSketch
 from detectors.features import DEFAULT_BUCKET_MS
+from detectors.quantile import QuantileSketch
 from detectors.state_codec import JsonState, check
 
 __all__ = ["Incident", "SloParams", "SloState", "SloSummary", "step_slo", "summarise"]

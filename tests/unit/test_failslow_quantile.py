@@ -1,4 +1,4 @@
-"""detectors.failslow.quantile: the sketch against numpy on every prefix of the input."""
+"""detectors.quantile.QuantileSketch: the log-binned sketch against numpy on every prefix."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from detectors.failslow.quantile import QuantileSketch
+from detectors.quantile import QuantileSketch
 
 QS = (0.0, 0.05, 0.5, 0.95, 1.0)
 
