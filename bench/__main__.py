@@ -19,8 +19,9 @@ stop the rest):
 - ``evaluate``: the evaluation suite's wall time (``python -m streams evaluate``),
   beside the issue's 300-s target.
 
-``--smoke`` runs each at a size that finishes in about two minutes together: it checks
-that every bench still runs end to end, its figures are not the fleet's. Each bench
+``--smoke`` runs each at a small size (4 min 13 s together at a load of 10 on the shared
+2 cores, 2026-12-01; most of it process and broker start-ups): it checks that every
+bench still runs end to end, its figures are not the fleet's. Each bench
 prints its own table; the closing summary gives every bench's wall time and status,
 and the exit status is non-zero when any failed.
 """
