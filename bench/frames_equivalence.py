@@ -182,8 +182,9 @@ def random_case(seed: int) -> bool:
     return comparable(outcome(a.flush_all)) == comparable(outcome(b.flush_all))
 
 
-def batch_case(seed: int) -> bool:
-    """A random scrape-shaped stream through ``add`` and ``add_batch``: equal throughout."""
+def batch_case(seed: int, native: bool | None = None) -> bool:
+    """A random scrape-shaped stream through ``add`` and ``add_batch``: equal throughout.
+    ``native``: ``add_batch`` with the compiled loop (True), without (False), or as installed."""
     r = random.Random(seed)
     kwargs: dict[str, Any] = {
         "group_labels": ("job", "cluster"),
@@ -194,7 +195,7 @@ def batch_case(seed: int) -> bool:
         "max_future_ms": r.choice((0, 300_000)),
         "membership_hold_buckets": r.choice((0, 2)),
     }
-    a, b = FrameBuilder(FEATURES, **kwargs), FrameBuilder(FEATURES, **kwargs)
+    a, b = FrameBuilder(FEATURES, **kwargs), FrameBuilder(FEATURES, native=native, **kwargs)
     a.label_memo_size = b.label_memo_size = r.choice((50, 1_000_000, 1_000_000))
     pool = [random_labels(r) for _ in range(r.randint(1, 60))]
     replicas = r.random() < 0.2

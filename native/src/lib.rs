@@ -1,5 +1,6 @@
 //! peerwatch's compiled remote_write decoder: snappy block + protobuf `WriteRequest` ->
-//! `Series`, for the shape Prometheus sends.
+//! `Series`, for the shape Prometheus sends; and (`kernel`) the frame builder's per-sample
+//! loop over the decoder's columns.
 //!
 //! It is a fast path, not a second implementation of the format: `Decoder.decode` returns
 //! `None` for any body it does not fully understand (metadata, exemplars, histograms,
@@ -10,6 +11,8 @@
 //!
 //! Label dicts are cached by the bytes of a series' labels and handed out again for the
 //! same bytes, so the frame builder's per-dict memo (`_label_memo`) hits.
+
+mod kernel;
 
 use indexmap::IndexMap;
 use pyo3::ffi;
@@ -474,5 +477,6 @@ impl Decoder {
 
 #[pymodule]
 fn peerwatch_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<Decoder>()
+    m.add_class::<Decoder>()?;
+    m.add_class::<kernel::AddKernel>()
 }

@@ -61,6 +61,8 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, cast
 
+import numpy as np
+
 from detectors.features import DEFAULT_BUCKET_MS, FeatureSpec, per_gpu_key
 from streams.catalog import features_for
 from streams.frames import Frame
@@ -71,6 +73,14 @@ from streams.ingest.series import SampleBatch, Series
 
 if TYPE_CHECKING:
     from streams.settings import Settings
+
+try:  # the compiled per-sample loop of ``add_batch`` (native/); ``_add_pairs`` is the reference
+    from peerwatch_native import AddKernel as _AddKernel
+except ImportError:  # pragma: no cover - not installed, or a build before AddKernel
+    _AddKernel = None
+
+KERNEL_AVAILABLE = _AddKernel is not None
+"""True if the compiled loop is installed (``pip install ./native``)."""
 
 __all__ = [
     "DROP_REASONS",
@@ -335,6 +345,7 @@ class FrameBuilder:
         max_nodes: int = 200_000,
         max_nodes_per_group: int = 5_000,
         max_features_per_group: int = 2_000,
+        native: bool | None = None,
     ) -> None:
         if not features:
             raise ValueError("a frame builder needs at least one feature")
@@ -455,6 +466,9 @@ class FrameBuilder:
         self._pci_of: dict[str, dict[str, str]] = {}
         # features left out of emitted frames, by reason (counted here, not per ``add``)
         self.dropped_results: dict[str, int] = {}
+        if native and _AddKernel is None:
+            raise RuntimeError("the compiled loop is not installed (pip install ./native)")
+        self._kernel = _AddKernel() if _AddKernel is not None and native is not False else None
 
     def _add_use(self, metric: str, use: _Use) -> None:
         self._uses[metric] = (*self._uses.get(metric, ()), use)
@@ -515,34 +529,87 @@ class FrameBuilder:
         self, batch: SampleBatch | Iterable[Series], now_s: float | None = None
     ) -> AddStats:
         """``add`` for what ``WriteRequestDecoder.decode_batch`` gives. A ``SampleBatch``
-        goes to the same loop as (labels, ((ts, value),)) pairs zipped from its columns
-        in C: no ``Series``, sample list or boxed pair is built per sample first."""
+        goes through the compiled loop (``native/``'s ``AddKernel``) where installed: it
+        takes the samples whose outcome is plain and stops before any other, which
+        ``_add_pairs`` -- the reference -- then takes alone, in order. Without it, the
+        columns go to ``_add_pairs`` as (labels, ((ts, value),)) pairs zipped in C."""
         if not isinstance(batch, SampleBatch):
             return self.add(batch, now_s)
-        ts, values = batch.timestamps.tolist(), batch.values.tolist()
-        samples = zip(zip(ts, values, strict=True), strict=True)  # ((ts, value),) per series
-        # No collection while the body's tuples are made (a pass every 700 of them only
+        # No collection while the body's objects are made (a pass every 700 of them only
         # promotes them): the collector runs after, on its own schedule -- as the
         # compiled decoder does for the objects it makes.
         collecting = gc.isenabled()
         gc.disable()
         try:
-            return self._add(zip(batch.labels, samples, strict=True), now_s)
+            if self._kernel is None:
+                ts, values = batch.timestamps.tolist(), batch.values.tolist()
+                samples = zip(zip(ts, values, strict=True), strict=True)
+                return self._add(zip(batch.labels, samples, strict=True), now_s)
+            return self._add_columns(batch, now_s)
         finally:
             if collecting:
                 gc.enable()
 
+    def _add_columns(self, batch: SampleBatch, now_s: float | None) -> AddStats:
+        """``_add`` of a batch: the compiled loop, and ``_add_pairs`` for each sample it
+        leaves (a new series, a target's new round, a node's first sample of the call, a
+        drop, a membership move ...)."""
+        stats, call = self._begin_add(now_s)
+        labels, ts, values = batch.labels, batch.timestamps, batch.values
+        if ts.dtype != np.int64 or not ts.flags.c_contiguous:
+            ts = np.ascontiguousarray(ts, np.int64)
+        if values.dtype != np.float64 or not values.flags.c_contiguous:
+            values = np.ascontiguousarray(values, np.float64)
+        future_limit = None if now_s is None else int(now_s * 1000) + self.max_future_ms
+        hold_ms = self.membership_hold_buckets * self.bucket_ms
+        late_lag = self.grace_ms + self.late_horizon_ms + self.bucket_ms
+        run = cast(Any, self._kernel).run
+        memo, series_state, open_frames = self._label_memo, self._series, self._open
+        phase = (self.bucket_ms, self.phases.low, self.phases.high)
+        accepted = unknown = 0
+        i, n = 0, len(labels)
+        while True:
+            i, end, self._max_ts, taken, skipped = run(
+                labels, ts, values, i, memo, series_state, open_frames, call,
+                self._max_ts, future_limit, hold_ms, late_lag, phase,
+            )  # fmt: skip
+            accepted += taken
+            unknown += skipped
+            if i >= n:
+                break
+            pairs: Iterable[_Pair]
+            if end == i + 1:
+                pairs = ((labels[i], ((int(ts[i]), float(values[i])),)),)
+            else:  # a run the Python loop takes whole (a node in no group)
+                samples = zip(ts[i:end].tolist(), values[i:end].tolist(), strict=True)
+                pairs = zip(labels[i:end], zip(samples, strict=True), strict=True)
+            taken, skipped = self._add_pairs(pairs, stats, call, now_s)
+            accepted += taken
+            unknown += skipped
+            i = end
+        return self._finish_add(stats, accepted, unknown, now_s)
+
     def _add(self, pairs: Iterable[_Pair], now_s: float | None) -> AddStats:
         """``add`` over (labels, samples) pairs."""
+        stats, call = self._begin_add(now_s)
+        accepted, unknown = self._add_pairs(pairs, stats, call, now_s)
+        return self._finish_add(stats, accepted, unknown, now_s)
+
+    def _begin_add(self, now_s: float | None) -> tuple[AddStats, int]:
+        """A new ``add`` call: its stats and its number (``_Node.call``)."""
+        self._calls += 1
+        if now_s is not None:
+            self._last_add_s = now_s
+        return AddStats(), self._calls
+
+    def _add_pairs(
+        self, pairs: Iterable[_Pair], stats: AddStats, call: int, now_s: float | None
+    ) -> tuple[int, int]:
+        """Account (labels, samples) pairs in ``add`` call ``call``: (accepted, unknown_metric)."""
         # This runs for every sample: locals instead of attribute lookups, and the
         # rare outcomes (drops, stale markers, a node changing group, a target off
         # its phase, HA replicas) off the main line.
-        stats = AddStats()
         accepted = unknown = 0
-        self._calls += 1
-        call = self._calls
-        if now_s is not None:
-            self._last_add_s = now_s
         memo_get = self._label_memo.get
         series_state = self._series
         state_of = series_state.get
@@ -686,6 +753,12 @@ class FrameBuilder:
                             parts[slot][pair] = item
                     for slot in den_slots:
                         parts[slot][pair] = rate
+        return accepted, unknown
+
+    def _finish_add(
+        self, stats: AddStats, accepted: int, unknown: int, now_s: float | None
+    ) -> AddStats:
+        """The call's stats, after replaying the series that waited for their node's group."""
         stats.accepted = accepted
         stats.drop("unknown_metric", unknown)
         if self._replay_dropped:

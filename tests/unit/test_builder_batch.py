@@ -18,10 +18,13 @@ from streams.lab.simulator.run import MAX_SAMPLES_PER_SEND, split_samples
 T0 = 1_700_000_010_000 // 30_000 * 30_000
 
 
+@pytest.mark.parametrize("native", [False, True])
 @pytest.mark.parametrize("chunk", range(4))
-def test_random_scrape_streams_give_the_same_frames_either_way(chunk: int) -> None:
-    """Drops in order, frames, counters and phases: bench.frames_equivalence's batch cases."""
-    unequal = [seed for seed in range(chunk * 60, chunk * 60 + 60) if not batch_case(seed)]
+def test_random_scrape_streams_give_the_same_frames_either_way(chunk: int, native: bool) -> None:
+    """Drops in order, frames, counters and phases: bench.frames_equivalence's batch cases,
+    with the compiled loop (native/'s ``AddKernel``) and without it."""
+    seeds = range(chunk * 60, chunk * 60 + 60)
+    unequal = [seed for seed in seeds if not batch_case(seed, native)]
     assert unequal == []
 
 
