@@ -75,9 +75,11 @@ struct Run<'a, 'py> {
 
 /// What the loop made of a stretch of samples.
 #[derive(Default)]
-struct Tally {
+struct Tally<'py> {
     accepted: usize,
     unknown: usize,
+    /// the int of the last timestamp stored: a scrape's series share their timestamp
+    ts_obj: Option<(i64, Bound<'py, PyAny>)>,
 }
 
 #[pyclass(module = "peerwatch_native")]
@@ -290,7 +292,7 @@ fn sample<'py>(
     max_ts: &mut Option<i64>,
     node_view: &mut Option<NodeView<'py>>,
     scrape_view: &mut Option<ScrapeView<'py>>,
-    tally: &mut Tally,
+    tally: &mut Tally<'py>,
 ) -> PyResult<bool> {
     // SAFETY (the whole function): the GIL is held; every borrowed pointer comes from a
     // container (memo entry, resolved tuple, state list) that outlives its use here, and
@@ -470,7 +472,14 @@ fn sample<'py>(
             let increase = if value >= p { value - p } else { value };
             increase * 1000.0 / ((ts - last_ts) as f64)
         });
-        let ts_obj = Bound::from_owned_ptr_or_err(py, ffi::PyLong_FromLongLong(ts))?;
+        let ts_obj = match &tally.ts_obj {
+            Some((t, obj)) if *t == ts => obj.clone(),
+            _ => {
+                let obj = Bound::from_owned_ptr_or_err(py, ffi::PyLong_FromLongLong(ts))?;
+                tally.ts_obj = Some((ts, obj.clone()));
+                obj
+            }
+        };
         let value_obj = PyFloat::new(py, value);
         // PyList_SetItem steals the new reference and releases the old item
         ffi::PyList_SetItem(state, 0, ts_obj.into_ptr());
