@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import faust
+from faust.serializers import codecs
 from faust.types import TP
 
 from detectors.advisors.jobs import JobEvent, JobEventError
@@ -47,6 +48,8 @@ from streams.worker_health import WorkerHealth, serve_worker_http
 
 log = logging.getLogger("peerwatch.worker")
 
+# the group-state table's value codec: Faust's JSON (orjson), as the table's own default was
+STATE_CODEC = codecs.get_codec("json")
 TICK_EVERY_S = 1.0
 KAFKA_PROBE_EVERY_S = 5.0  # readiness asks Kafka for the frames topic's offsets this often
 LAG_EVERY_S = 10.0  # how often the frames topic's end offsets are asked for (consumer lag)
@@ -107,8 +110,16 @@ def create_app(
     advice_topic = app.topic(
         settings.topic_alerts, key_type=str, value_type=bytes, value_serializer="raw"
     )
+    # Values are the snapshot's JSON bytes, encoded here by the codec the table used to
+    # apply itself (the same changelog bytes; old changelogs read as before). A table of
+    # dicts kept every group's last snapshot alive as Python objects between buckets, a
+    # second copy of the fleet's state that each full collection of the cyclic GC walked.
     state_table = app.Table(
-        "group-state", default=None, partitions=settings.topic_partitions, key_type=str
+        "group-state",
+        default=None,
+        partitions=settings.topic_partitions,
+        key_type=str,
+        value_type=bytes,  # Faust: raw bytes in and out
     )
     pipeline = Pipeline.from_settings(settings)
     links = AlertLinks.from_settings(settings)
@@ -233,7 +244,7 @@ def create_app(
         group = frame.group
         partition_of[group] = event.message.partition
         if group not in pipeline.windows and (snap := state_table.get(group)):
-            pipeline.restore(group, snap)
+            pipeline.restore(group, STATE_CODEC.loads(snap))
             log.info("group_restored group=%s", group)
         now = time.time()
         if frame.left:
@@ -263,7 +274,7 @@ def create_app(
             end_group(group, scored[-1])
         else:
             if scored:
-                state_table[group] = pipeline.snapshot(group)
+                state_table[group] = STATE_CODEC.dumps(pipeline.snapshot(group))
             held.release(group, pipeline.window(group).closed_upto)
         if done is not None:
             done.ack()
