@@ -1,41 +1,50 @@
 """The worker through real Apache Kafka and Faust: CPU seconds per bucket of its process(es).
 
-    python -m bench.worker_kafka [--nodes 2500] [--buckets 6] [--workers 1]
+    python -m bench.worker_kafka [--nodes 2500] [--buckets 6] [--warmup 2] [--workers 1]
 
 A single-node KRaft broker (``scripts/kafka/kafka-kraft``) gets the frames topic
 of a fresh run (``topic_partitions`` = ``--partitions``); ``--workers``
 ``peerwatch worker`` processes start on it, and once every one is ready and
 together they own each partition (``peerwatch_worker_partitions``), ``--nodes``
-nodes' frames for ``--buckets`` buckets are sent, encoded and keyed by group as
-the ingest writes them (``bench.worker``'s fleet: the simulated ``gpu-slow`` job
-copied into groups of 60). The bench polls the workers' ``/metrics`` until every
-frame is counted (``peerwatch_worker_frames``) and reads each child's CPU seconds
-from ``/proc`` (user + system) before the first frame is sent and when the last
-is counted (the count is read every ``COUNT_EVERY_S``: the figure may hold up to
-that much of the worker's time after the last frame). Printed beside the baseline of
-the same run (``bench.worker.run``, the in-process Pipeline on the same frames): fleet
-CPU seconds per 30-s bucket, and per node.
+nodes' frames are sent, encoded and keyed by group as the ingest writes them
+(``bench.worker``'s fleet: the simulated ``gpu-slow`` job copied into groups of
+60). The first ``--warmup`` buckets are sent and scored before the clock starts
+(the first closes on its grace period, the detectors fill their state), as
+``bench.worker`` leaves them untimed; then ``--buckets`` timed ones. A phase is
+done when the workers' consumer group has committed every frame sent (a frame is
+acked once its bucket is scored and its snapshot written: ``streams.acks``), read
+from the broker, so the figure holds no ``/metrics`` page of the bench's making;
+each child's CPU seconds (user + system, ``/proc``) are read before the timed
+frames go out and when they are committed. After the run one ``/metrics`` page
+per worker is read (the frame count, which must equal the frames sent, and the
+scoring-time histogram) and its CPU cost printed apart: Prometheus scrapes it
+every 15-30 s. Printed beside the baseline of the same run (``bench.worker.run``,
+the in-process Pipeline on the same frames, the same warm-up): fleet CPU seconds
+per 30-s bucket, per node, the group buckets' scoring time p50 / p99 (the
+histogram's upper bounds), and the table's changelog bytes per timed bucket.
 
 The workers' start (Faust, topic and changelog set-up, the group's rebalances)
-is not in the figure; it holds the fetch, Faust's stream, the decode and the
-Pipeline. The baseline times every bucket but the first two (they close on
-grace); the Kafka figure is the whole run divided by ``--buckets``. No figure here is
-asserted anywhere.
+is not in the figure; it holds the fetch, Faust's stream, the decode, the
+Pipeline, the table writes and the offset commits. No figure here is asserted
+anywhere.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import tempfile
 import time
 import urllib.request
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 
 from bench import worker as inproc
 from streams.frames import encode_frame
@@ -45,10 +54,11 @@ from streams.topics import ensure_topics
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 SETTLE_S = 2.0
-# How often the frame count is read while frames flow. Each /metrics page is built by the
-# worker (every node's series): at 2,500 nodes a 0.5-s poll was 16 % of the worker's
-# py-spy samples, the bench's own load in the figure (Prometheus scrapes every 15-30 s).
-COUNT_EVERY_S = 5.0
+# How often the broker is asked whether every frame sent is committed (the workers do none
+# of this work: a /metrics page is built by the worker, every node's series, and at 12,500
+# nodes a page read every 5 s was a few CPU seconds per bucket of the bench's own making).
+COMMITTED_EVERY_S = 1.0
+STATE_TABLE = "group-state"  # streams.app's table: its changelog is <app id>-<table>-changelog
 
 
 def cpu_seconds(pid: int) -> float:
@@ -57,13 +67,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
-async def preload(bootstrap: str, topic: str, fleet: inproc.Fleet, buckets: int) -> int:
-    """Every bucket's frames on ``topic``, key = group, as the ingest sends them."""
+async def preload(
+    bootstrap: str, topic: str, fleet: inproc.Fleet, buckets: int, first: int = 0
+) -> int:
+    """Buckets ``first`` .. ``first + buckets - 1`` of the fleet on ``topic``, key = group,
+    as the ingest sends them."""
     sent = 0
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=1 << 20)
     await producer.start()
     try:
-        for index in range(buckets):
+        for index in range(first, first + buckets):
             for group, frames in fleet.bucket(index):
                 for f in frames:
                     await producer.send(topic, encode_frame(f), key=group.encode())
@@ -74,18 +87,105 @@ async def preload(bootstrap: str, topic: str, fleet: inproc.Fleet, buckets: int)
     return sent
 
 
-def _sample(port: int, metric: str) -> float:
-    """The sum of ``metric``'s samples on a worker's ``/metrics`` (0 while it does not answer)."""
+async def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    """The next offset to be written, per partition of ``topic``."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    await consumer.start()
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
-            page = reply.read().decode()
+        ends = await consumer.end_offsets([TopicPartition(topic, p) for p in range(partitions)])
+        return {tp.partition: offset for tp, offset in ends.items()}
+    finally:
+        await consumer.stop()
+
+
+async def committed(bootstrap: str, group_id: str, topic: str) -> dict[int, int]:
+    """The consumer group's committed offsets on ``topic`` (a partition without one: absent)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        offsets = await admin.list_consumer_group_offsets(group_id)
+    finally:
+        await admin.close()
+    return {tp.partition: meta.offset for tp, meta in offsets.items() if tp.topic == topic}
+
+
+def wait_committed(
+    bootstrap: str, group_id: str, topic: str, ends: dict[int, int], timeout_s: float
+) -> None:
+    """Until ``group_id`` has committed ``topic`` up to ``ends`` on every partition."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = asyncio.run(committed(bootstrap, group_id, topic))
+        if all(got.get(p, 0) >= end for p, end in ends.items()):  # 0: never written
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"frames not committed in {timeout_s:.0f} s: {got} < {ends}")
+        time.sleep(COMMITTED_EVERY_S)
+
+
+async def changelog_bytes(
+    bootstrap: str, topic: str, partitions: int, since: dict[int, int]
+) -> int:
+    """Key + value bytes written to ``topic`` after the offsets ``since``."""
+    ends = await end_offsets(bootstrap, topic, partitions)
+    if all(end <= since.get(p, 0) for p, end in ends.items()):
+        return 0
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in ends if ends[p] > since.get(p, 0)]
+        consumer.assign(tps)
+        for tp in tps:
+            consumer.seek(tp, since.get(tp.partition, 0))
+        size, todo = 0, {tp: ends[tp.partition] for tp in tps}
+        while todo:
+            batch = await consumer.getmany(*todo, timeout_ms=2000)
+            for tp, records in batch.items():
+                for r in records:
+                    if r.offset < todo.get(tp, 0):
+                        size += len(r.key or b"") + len(r.value or b"")
+                if records and records[-1].offset + 1 >= todo.get(tp, 0):
+                    todo.pop(tp, None)
+        return size
+    finally:
+        await consumer.stop()
+
+
+def _page(port: int) -> str:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60) as reply:
+            return reply.read().decode()
     except OSError:
-        return 0.0
+        return ""
+
+
+def _sum(page: str, metric: str) -> float:
+    """The sum of ``metric``'s samples on a ``/metrics`` page."""
     return sum(
         float(line.rsplit(" ", 1)[1])
         for line in page.splitlines()
         if line.startswith((f"{metric} ", f"{metric}{{"))
     )
+
+
+def _sample(port: int, metric: str) -> float:
+    """The sum of ``metric``'s samples on a worker's ``/metrics`` (0 while it does not answer)."""
+    return _sum(_page(port), metric)
+
+
+def histogram_quantile(pages: Sequence[str], metric: str, q: float) -> float:
+    """The upper bound of the histogram bucket holding quantile ``q``, over every page."""
+    counts: dict[float, float] = {}
+    for page in pages:
+        for line in page.splitlines():
+            if line.startswith(f"{metric}_bucket{{"):
+                bound = line.split('le="', 1)[1].split('"', 1)[0]
+                le = math.inf if bound == "+Inf" else float(bound)
+                counts[le] = counts.get(le, 0.0) + float(line.rsplit(" ", 1)[1])
+    if not counts or counts[max(counts)] == 0:
+        return math.nan
+    total = counts[max(counts)]
+    return next(le for le in sorted(counts) if counts[le] >= q * total)
 
 
 def wait_settled(ports: Sequence[int], partitions: int, timeout_s: float) -> None:
@@ -103,6 +203,15 @@ def wait_settled(ports: Sequence[int], partitions: int, timeout_s: float) -> Non
         time.sleep(SETTLE_S)
 
 
+@dataclass
+class KafkaFigures:
+    spent_s: float  # CPU seconds of every worker over the timed buckets
+    wall_s: float  # wall seconds from the first timed frame sent to its last committed
+    changelog_bytes: int = 0  # group-state changelog bytes written in the timed buckets
+    scrape_s: float = 0.0  # CPU seconds of every worker to build one /metrics page each
+    pages: list[str] = field(default_factory=list)  # each worker's page after the run
+
+
 def through_kafka(
     bootstrap: str,
     fleet: inproc.Fleet,
@@ -111,8 +220,9 @@ def through_kafka(
     partitions: int,
     workdir: Path,
     timeout_s: float = 600.0,
-) -> tuple[float, float]:
-    """(CPU seconds of every worker from ready to the last frame, wall seconds)."""
+    warmup: int = 0,
+) -> KafkaFigures:
+    """``warmup`` buckets scored, then ``buckets`` timed; every figure of the run."""
     run = os.urandom(4).hex()
     base = peerwatch_env(
         bootstrap,
@@ -122,6 +232,7 @@ def through_kafka(
         alertmanager_url=f"http://127.0.0.1:{free_port()}",
     )
     settings = Settings(**{k.removeprefix("PEERWATCH_").lower(): v for k, v in base.items()})
+    changelog = f"{settings.app_id}-{STATE_TABLE}-changelog"
     asyncio.run(ensure_topics(settings))
     procs, ports = [], []
     for i in range(workers):
@@ -138,54 +249,94 @@ def through_kafka(
             )
         )
         ports.append(port)
+
+    def send(count: int, first: int) -> int:
+        n = asyncio.run(preload(bootstrap, settings.topic_frames, fleet, count, first))
+        ends = asyncio.run(end_offsets(bootstrap, settings.topic_frames, partitions))
+        wait_committed(bootstrap, settings.app_id, settings.topic_frames, ends, timeout_s)
+        return n
+
     try:
         # started (and stopped) together: they join the group in one rebalance, not one each
         with ThreadPoolExecutor(len(procs)) as pool:
             list(pool.map(PeerwatchProcess.start, procs))
         wait_settled(ports, partitions, timeout_s)
+        total = send(warmup, 0) if warmup else 0
+        since = asyncio.run(end_offsets(bootstrap, changelog, partitions)) if warmup else {}
         start_cpu = [cpu_seconds(p.pid) for p in procs if p.pid]
         started = time.monotonic()
-        total = asyncio.run(preload(bootstrap, settings.topic_frames, fleet, buckets))
-        while sum(_sample(port, "peerwatch_worker_frames_total") for port in ports) < total:
-            if time.monotonic() - started > timeout_s:
-                raise TimeoutError(f"workers did not count {total} frames in {timeout_s:.0f} s")
-            time.sleep(COUNT_EVERY_S)
+        total += send(buckets, warmup)
         wall = time.monotonic() - started
         spent = sum(cpu_seconds(p.pid) for p in procs if p.pid) - sum(start_cpu)
+        written = asyncio.run(changelog_bytes(bootstrap, changelog, partitions, since))
+        before = sum(cpu_seconds(p.pid) for p in procs if p.pid)
+        pages = [_page(port) for port in ports]
+        scrape = sum(cpu_seconds(p.pid) for p in procs if p.pid) - before
+        counted = sum(_sum(page, "peerwatch_worker_frames_total") for page in pages)
+        if counted != total:
+            raise RuntimeError(f"the workers counted {counted:.0f} frames of {total} sent")
     finally:
         with ThreadPoolExecutor(len(procs)) as pool:
             list(pool.map(PeerwatchProcess.stop, procs))
-    return spent, wall
+    return KafkaFigures(spent, wall, written, scrape, pages)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.worker_kafka", description=__doc__)
     parser.add_argument("--nodes", type=int, default=2500)
-    parser.add_argument("--buckets", type=int, default=6)
+    parser.add_argument("--buckets", type=int, default=6, help="timed buckets")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed buckets first (>= 2)")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--partitions", type=int, default=4)
     args = parser.parse_args(argv)
-    tmpl, settings = inproc.template("gpu-slow", 2000, args.buckets)
+    tmpl, settings = inproc.template("gpu-slow", 2000, args.warmup + args.buckets)
     fleet = inproc.Fleet(tmpl, args.nodes)
-    baseline = inproc.run(fleet, settings, buckets=args.buckets - 2, warmup=2)
+    baseline = inproc.run(fleet, settings, buckets=args.buckets, warmup=args.warmup)
     base_s = sum(baseline.bucket_s) / len(baseline.bucket_s)
     with (
         tempfile.TemporaryDirectory(prefix="bench-worker-kafka-") as tmp,
         KafkaKRaft(Path(tmp) / "kafka") as kafka,
     ):
-        spent, wall = through_kafka(
-            kafka.bootstrap, fleet, args.buckets, args.workers, args.partitions, Path(tmp)
+        got = through_kafka(
+            kafka.bootstrap,
+            fleet,
+            args.buckets,
+            args.workers,
+            args.partitions,
+            Path(tmp),
+            warmup=args.warmup,
         )
-    per_bucket = spent / args.buckets
+    per_bucket = got.spent_s / args.buckets
     print(
-        f"worker through Kafka: {args.nodes:,} nodes ({fleet.groups} groups), {args.buckets} "
-        f"buckets, {args.workers} worker(s) on {args.partitions} partitions; {wall:.1f} s wall"
+        f"worker through Kafka: {args.nodes:,} nodes ({fleet.groups} groups), {args.warmup} "
+        f"warm-up + {args.buckets} timed buckets, {args.workers} worker(s) on "
+        f"{args.partitions} partitions; {got.wall_s:.1f} s wall for the timed buckets"
     )
-    print(f"  {'':<40} {'in-process':>12} {'through Kafka':>14}")
-    print(f"  {'fleet CPU seconds per 30-s bucket':<40} {base_s:>12.3f} {per_bucket:>14.3f}")
+    print(f"  {'':<44} {'in-process':>12} {'through Kafka':>14}")
+    print(f"  {'fleet CPU seconds per 30-s bucket':<44} {base_s:>12.3f} {per_bucket:>14.3f}")
     print(
-        f"  {'CPU ms per node per bucket':<40} {base_s / args.nodes * 1e3:>12.3f} "
+        f"  {'CPU ms per node per bucket':<44} {base_s / args.nodes * 1e3:>12.3f} "
         f"{per_bucket / args.nodes * 1e3:>14.3f}"
+    )
+    closes = sorted(baseline.close_s)
+    for label, q in (("p50", 0.5), ("p99", 0.99)):
+        local = closes[min(len(closes) - 1, int(q * len(closes)))] * 1e3 if closes else math.nan
+        bound = histogram_quantile(got.pages, "peerwatch_worker_score_seconds", q) * 1e3
+        print(f"  {'bucket close ' + label + ', ms (note below)':<44} "
+              f"{local:>12.1f} {bound:>14.1f}")  # fmt: skip
+    print(
+        f"  {'changelog bytes per bucket':<44} "
+        f"{inproc._median(baseline.snapshot_bytes):>12,.0f} "
+        f"{got.changelog_bytes / args.buckets:>14,.0f}"
+    )
+    print(
+        f"  one /metrics page per worker: {got.scrape_s:.2f} CPU s "
+        f"({sum(len(p) for p in got.pages):,} bytes; not in the figures above)"
+    )
+    print(
+        "  bucket close: in-process, the closing Pipeline.due and its snapshot's encoding;"
+        " through Kafka, Pipeline.due's scoring (the worker's peerwatch_worker_score_seconds,"
+        " the upper bound of the histogram bucket; its buckets count the warm-up too)"
     )
     print(
         f"  Faust + Kafka + decode share (1 - in-process / through Kafka): "

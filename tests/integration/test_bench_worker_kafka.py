@@ -1,5 +1,5 @@
-"""bench.worker_kafka, tiny: two real workers settle on the partitions, then count every
-frame sent and use CPU."""
+"""bench.worker_kafka, tiny: two real workers settle on the partitions, then commit and
+count every frame sent, use CPU and write the group-state changelog."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def test_workers_count_every_frame_sent_once_they_settled(
 ) -> None:
     tmpl, _ = inproc.template("gpu-slow", 2000, 2)
     fleet = inproc.Fleet(tmpl, 90)  # two groups on two partitions
-    spent, wall = worker_kafka.through_kafka(
+    got = worker_kafka.through_kafka(
         kafka_bootstrap,
         fleet,
         buckets=2,
@@ -23,4 +23,6 @@ def test_workers_count_every_frame_sent_once_they_settled(
         workdir=tmp_path,
         timeout_s=120.0,
     )
-    assert spent > 0.0 and wall > 0.0  # through_kafka raises if a frame is never counted
+    # through_kafka raises if a frame is never committed or counted
+    assert got.spent_s > 0.0 and got.wall_s > 0.0
+    assert got.changelog_bytes > 0  # every scored bucket wrote its group's snapshot
