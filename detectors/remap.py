@@ -102,7 +102,7 @@ import numpy.typing as npt
 
 from detectors.arrays import FloatArray
 from detectors.checks import Checked, is_int, real
-from detectors.state_codec import JsonState
+from detectors.state_codec import JsonState, decode, from_data, hook
 from detectors.vocabulary import AlertSeverity
 
 __all__ = [
@@ -364,6 +364,42 @@ class RemapVerdict(JsonState):
 class _Finding:
     verdict: RemapVerdict
     until_ms: int | None  # None: stands while its flag is set
+
+
+def _finding_rows(findings: tuple[_Finding, ...]) -> list[dict[str, Any]]:
+    """A finding persists as its verdict's keys after ``until_ms``."""
+    return [{"until_ms": f.until_ms, **f.verdict.to_dict()} for f in findings]
+
+
+def _read_findings(data: Any, where: str) -> tuple[_Finding, ...]:
+    if not isinstance(data, list):
+        raise ValueError(f"{where} must be a list, got {type(data).__name__}")
+    return tuple(
+        _Finding(
+            from_data(RemapVerdict, item, f"{where}[{i}]"),
+            decode(int | None, item.get("until_ms"), f"{where}[{i}].until_ms"),
+        )
+        for i, item in enumerate(data)
+    )
+
+
+@dataclass(frozen=True)
+class _RemapState(JsonState):
+    """What a :class:`RemapTracker` persists (not its params: they come with ``from_dict``).
+
+    ``open``: the open step and its value; ``runs``: the series' flat delta encoding
+    (:meth:`_Series.to_list`); ``findings`` in priority order."""
+
+    step_ms: int
+    last_ts: int | None = None
+    correctable: int | None = None
+    uncorrectable: int | None = None
+    open: tuple[int, int] | None = None
+    runs: tuple[int, ...] = ()
+    findings: tuple[_Finding, ...] = field(default=(), metadata=hook(_finding_rows, _read_findings))
+
+    VERSION = ("schema", STATE_SCHEMA)
+    LABEL = "RemapTracker"
 
 
 def _non_negative(value: object) -> float | None:
@@ -729,48 +765,28 @@ class RemapTracker:
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe state (the params are not included: pass them to :meth:`from_dict`)."""
         series = self._series
-        return {
-            "schema": STATE_SCHEMA,
-            "step_ms": self._params.step_ms,
-            "last_ts": self._last_ts,
-            "correctable": self._correctable,
-            "uncorrectable": self._uncorrectable,
-            "open": None if series.open_step is None else [series.open_step, series.open_value],
-            "runs": series.to_list(),
-            "findings": [
-                {"until_ms": f.until_ms, **f.verdict.to_dict()}
-                for k in _PRIORITY
-                if (f := self._findings.get(k)) is not None
-            ],
-        }
+        return _RemapState(
+            self._params.step_ms,
+            self._last_ts,
+            self._correctable,
+            self._uncorrectable,
+            None if series.open_step is None else (series.open_step, series.open_value),
+            tuple(series.to_list()),
+            tuple(f for k in _PRIORITY if (f := self._findings.get(k)) is not None),
+        ).to_dict()
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], params: RemapParams | None = None) -> RemapTracker:
         """Rebuild a tracker. A state saved with another ``step_ms`` keeps its counts and
         findings but restarts the series (its points cannot be re-binned)."""
-        if data.get("schema") != STATE_SCHEMA:
-            raise ValueError(
-                f"unsupported RemapTracker schema {data.get('schema')!r} (expected {STATE_SCHEMA})"
-            )
+        state = from_data(_RemapState, data, "RemapTracker")
         tracker = cls(params)
-
-        def opt_int(key: str) -> int | None:
-            value = data.get(key)
-            return None if value is None else int(value)
-
-        tracker._last_ts = opt_int("last_ts")
-        tracker._correctable = opt_int("correctable")
-        tracker._uncorrectable = opt_int("uncorrectable")
-        if int(data["step_ms"]) == tracker._params.step_ms:
-            tracker._series = _Series.from_list(data.get("runs", ()))
-            open_point = data.get("open")
-            if open_point is not None:
-                tracker._series.open_step = int(open_point[0])
-                tracker._series.open_value = int(open_point[1])
-        for item in data.get("findings", ()):
-            verdict = RemapVerdict.from_dict(item)
-            until = item.get("until_ms")
-            tracker._findings[verdict.kind] = _Finding(
-                verdict, None if until is None else int(until)
-            )
+        tracker._last_ts = state.last_ts
+        tracker._correctable = state.correctable
+        tracker._uncorrectable = state.uncorrectable
+        if state.step_ms == tracker._params.step_ms:
+            tracker._series = _Series.from_list(state.runs)
+            if state.open is not None:
+                tracker._series.open_step, tracker._series.open_value = state.open
+        tracker._findings = {f.verdict.kind: f for f in state.findings}
         return tracker

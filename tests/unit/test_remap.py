@@ -537,6 +537,25 @@ def test_unknown_state_schema_is_rejected() -> None:
         RemapTracker.from_dict({"schema": 99, "step_ms": HOUR_MS})
 
 
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"findings": [5]}, r"RemapTracker.findings\[0\] must be a JSON object"),
+        ({"findings": {}}, "RemapTracker.findings must be a list"),
+        ({"open": [1]}, "RemapTracker.open must have 2 items"),
+        ({"last_ts": "soon"}, "RemapTracker.last_ts must be an int"),
+        ({"step_ms": None}, "RemapTracker.step_ms must not be null"),
+    ],
+)
+def test_malformed_state_is_a_value_error_naming_the_field(
+    change: dict[str, object], message: str
+) -> None:
+    tracker = RemapTracker()
+    steady(tracker, 3, uncorrectable=2)
+    with pytest.raises(ValueError, match=message):
+        RemapTracker.from_dict({**tracker.to_dict(), **change})
+
+
 def test_verdict_round_trips_through_json() -> None:
     tracker = RemapTracker()
     ts = steady(tracker, 1)
