@@ -42,12 +42,12 @@ nor class-right), and None when there is nothing to count. Where the figure
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
 from detectors.episodes import GROUP_NODES
+from detectors.state_codec import JsonRecord
 from streams.lab.evaluation.scoring import FaultOutcome, RunScore
 
 __all__ = ["GROUP_NODES", "Summary", "percentile", "summarize"]
@@ -56,7 +56,7 @@ REMAP_LEAD_TARGET_H = 72.0
 
 
 @dataclass(frozen=True)
-class Summary:
+class Summary(JsonRecord):
     """Figures over a set of runs; keys of :meth:`to_dict` are stable (see the module doc)."""
 
     runs: int
@@ -110,9 +110,6 @@ class Summary:
     events_not_blamed_rate: float | None
     events_group_alerted: int
     group_alerts: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from detectors.episodes import AlertEpisode
+from detectors.state_codec import JsonRecord
 from streams.lab.evaluation.aggregate import GROUP_NODES, Summary, summarize
 from streams.lab.evaluation.scoring import RunScore
 
@@ -147,7 +148,7 @@ RUNTIME_KEY = "suite_runtime_s"
 
 
 @dataclass(frozen=True)
-class TargetCheck:
+class TargetCheck(JsonRecord):
     """A figure next to its target, with PASS / MISS / N/A."""
 
     key: str
@@ -160,8 +161,7 @@ class TargetCheck:
     detail: str
     status: Status
 
-    def to_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in TARGET_KEYS}
+    KEY_ORDER = TARGET_KEYS
 
 
 def _status(value: float | None, op: Op, threshold: float, cases: int) -> Status:
