@@ -16,7 +16,7 @@ from detectors.vocabulary import AlertChange
 from streams.frames import Frame
 from streams.gc_pause import gc_paused
 from streams.ingest.builder import FrameBuilder, frame_builder_for
-from streams.ingest.series import Series
+from streams.ingest.series import SampleBatch, Series
 from streams.pipeline import Pipeline, Scored
 from streams.settings import Settings
 
@@ -35,11 +35,15 @@ def build_pair(settings: Settings) -> tuple[FrameBuilder, Pipeline]:
 
 
 def score_rounds(
-    rounds: Iterable[tuple[int, list[Series]]],
+    rounds: Iterable[tuple[int, list[Series] | SampleBatch]],
     settings: Settings,
     before_round: Callable[[Pipeline, int | None], None] | None = None,
 ) -> Iterator[tuple[list[Frame], list[Scored]]]:
     """For every scrape round: the frames it closed and the buckets they completed.
+
+    A round is its ``Series`` or, as the simulator's ``generate_batches`` makes it, a
+    ``SampleBatch`` (columns: ``FrameBuilder.add_batch`` reads them without a ``Series``
+    per sample; the same frames).
 
     ``before_round(pipeline, t_ms)``, if given, runs before each round's samples go in
     (everything of earlier rounds is scored by then), and once more with ``None``
@@ -65,7 +69,7 @@ def score_rounds(
             if before_round is not None:
                 before_round(pipeline, t_ms)
             now_s = t_ms / 1000.0
-            builder.add(series, now_s=now_s)
+            builder.add_batch(series, now_s=now_s)
             del item, series
         frames = builder.close_due_by_watermark(now_s=now_s, idle_s=settings.ingest_idle_flush_s)
         yield frames, _feed(pipeline, frames, now_s)
@@ -87,7 +91,9 @@ def _feed(pipeline: Pipeline, frames: list[Frame], now_s: float) -> list[Scored]
     return scored
 
 
-def run_offline(rounds: Iterable[tuple[int, list[Series]]], settings: Settings) -> OfflineRun:
+def run_offline(
+    rounds: Iterable[tuple[int, list[Series] | SampleBatch]], settings: Settings
+) -> OfflineRun:
     run = OfflineRun()
     for frames, scored in score_rounds(rounds, settings):
         run.frames += len(frames)

@@ -24,12 +24,13 @@ with synchronised checkpoint saves, death, restart on a spare, load), from
 numbers are in ``calibration.Calibration``; the series layout in ``layout``.
 
 Speed: each round is a handful of numpy operations per metric family on
-(nodes,) or (nodes, gpus) arrays; the only per-series Python work is building
-the ``Series`` objects. Label dicts are built once and shared by every round's
-series: treat them as read-only (the ingest decoder has the same contract);
-so are the timestamps of one target. Building, collecting and freeing the
-``Series`` is most of a round's cost (~0.4 us each), so a round's cost follows
-its series count.
+(nodes,) or (nodes, gpus) arrays. ``scrape_batch(t_ms)`` hands the round over
+in columns (a ``SampleBatch``, as the compiled remote_write decoder does), which
+``FrameBuilder.add_batch`` reads without a ``Series`` per sample: building,
+collecting and freeing those (~0.4 us each) was most of a round's cost.
+``scrape`` makes the ``Series`` from the same columns. Label dicts are built
+once and shared by every round: treat them as read-only (the ingest decoder has
+the same contract).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from streams.gc_pause import gc_paused
-from streams.ingest.series import Series
+from streams.ingest.series import SampleBatch, Series
 from streams.lab.simulator.activity import (
     ExtraNoise,
     Noise,
@@ -74,9 +75,20 @@ _ROUND_STREAM = 2
 _EXTRA_ROUND_STREAM = 4
 
 
-def _make_series(labels: list, stamps: list, values: list) -> list[Series]:
-    with gc_paused():
-        return [Series(lbl, [(t, v)]) for lbl, t, v in zip(labels, stamps, values, strict=True)]
+# Part of a round in columns: label sets, sample times (ms), values; each a list or an array.
+_Columns = tuple[list[dict[str, str]], "np.ndarray | list[int]", "np.ndarray | list[float]"]
+
+
+def _batch(parts: list[_Columns]) -> SampleBatch:
+    """The parts of a round, in order, as one ``SampleBatch``."""
+    parts = [p for p in parts if len(p[0])]
+    stamps = [np.asarray(p[1], dtype=np.int64).ravel() for p in parts]
+    values = [np.asarray(p[2], dtype=np.float64).ravel() for p in parts]
+    return SampleBatch(
+        [lbl for part in parts for lbl in part[0]],
+        np.concatenate(stamps) if stamps else np.empty(0, dtype=np.int64),
+        np.concatenate(values) if values else np.empty(0),
+    )
 
 
 class ClusterSimulator:
@@ -143,17 +155,26 @@ class ClusterSimulator:
         self._prev_flat: np.ndarray | None = None
         self._prev_trainer: dict[int, list[dict[str, str]]] = {}
         self._current_trainer: dict[int, list[dict[str, str]]] = {}
-        self._held: list[tuple[int, list[Series]]] = []  # (release round, late samples)
+        self._held: list[tuple[int, _Columns]] = []  # (release round, late samples)
 
     # --- public ---------------------------------------------------------------------------
 
     def scrape(self, t_ms: int) -> list[Series]:
         """Every series that reaches the receiver in the scrape round starting at ``t_ms``."""
+        batch = self.scrape_batch(t_ms)
+        with gc_paused():
+            return batch.series()
+
+    def scrape_batch(self, t_ms: int) -> SampleBatch:
+        """``scrape`` in columns: the same samples in the same order, no ``Series`` made."""
+        return _batch(self._scrape_parts(t_ms))
+
+    def _scrape_parts(self, t_ms: int) -> list[_Columns]:
         state, ts = self._step(t_ms)
-        out = self._series(state, ts)
+        parts = self._parts(state, ts)
         for mirror in self._anchored_mirrors(ts):
-            out.extend(mirror.scrape(t_ms))
-        return out
+            parts.extend(mirror._scrape_parts(t_ms))
+        return parts
 
     def advance(self, t_ms: int) -> None:
         """Compute the round at ``t_ms`` without building series (to fast-forward)."""
@@ -422,7 +443,7 @@ class ClusterSimulator:
         values[:, lay.gpu_cols] = gpu.reshape(n, -1)
         return values
 
-    def _series(self, state: RoundState, ts: np.ndarray) -> list[Series]:
+    def _parts(self, state: RoundState, ts: np.ndarray) -> list[_Columns]:
         cfg, lay = self.config, self.layout
         n = len(self.hosts)
         values = self._values(state)
@@ -430,7 +451,6 @@ class ClusterSimulator:
         stamps = ts[:, lay.col_target]
         if shift.any():
             stamps = stamps + shift[:, None]
-        stamp_list = self._stamp_list(ts, shift)
         flat, flat_array = self._labels_for(state.t_ms)
         keep: np.ndarray | None = None
         if state.silent.any() or state.target_silent[:, :2].any() or state.gpu_gone.any():
@@ -439,39 +459,24 @@ class ClusterSimulator:
                 gone = np.concatenate((state.gpu_gone, np.zeros((n, 1), dtype=bool)), axis=1)
                 keep &= ~gone[:, lay.col_gpu]
         late = state.delay_rounds > 0
-        out: list[Series] = []
+        out: list[_Columns] = []
         if keep is None and not late.any():
-            out = _make_series(flat, stamp_list, values.ravel().tolist())
+            out.append((flat, stamps.ravel(), values.ravel()))
         else:
             sent = np.ones(values.shape, dtype=bool) if keep is None else keep
             for rows, delay in self._delivery_groups(sent, state.delay_rounds):
-                chunk = _make_series(
-                    flat_array.reshape(values.shape)[rows].tolist(),
-                    stamps[rows].tolist(),
-                    values[rows].tolist(),
-                )
+                labels = flat_array.reshape(values.shape)[rows].tolist()
+                chunk = (labels, stamps[rows], values[rows])
                 if delay == 0:
-                    out = chunk
+                    out.append(chunk)
                 else:
                     self._held.append((state.t_ms + delay * cfg.interval_ms, chunk))
-        out.extend(self._trainer_series(state, ts, shift))
+        out.append(self._trainer_columns(state, ts, shift))
         if cfg.emit_stale_markers:
-            out.extend(self._stale_markers(keep, flat_array, state, ts))
+            out.append(self._stale_markers(keep, flat_array, state, ts))
         if self._held:
-            due = [chunk for at, chunk in self._held if at <= state.t_ms]
+            out.extend(chunk for at, chunk in self._held if at <= state.t_ms)
             self._held = [(at, chunk) for at, chunk in self._held if at > state.t_ms]
-            for chunk in due:
-                out.extend(chunk)
-        return out
-
-    def _stamp_list(self, ts: np.ndarray, shift: np.ndarray) -> list[int]:
-        """Every column's sample time, row-major; one int object per (node, target), shared."""
-        node_cols = self.layout.node_columns
-        dcgm_cols = self.layout.columns - node_cols
-        out: list[int] = []
-        for node, dcgm, _ in (ts + shift[:, None]).tolist():
-            out += [node] * node_cols
-            out += [dcgm] * dcgm_cols
         return out
 
     @staticmethod
@@ -484,10 +489,11 @@ class ClusterSimulator:
         for delay in np.unique(delay_rounds[delay_rounds > 0]).tolist():
             yield sent & (rows == delay), int(delay)
 
-    def _trainer_series(self, state: RoundState, ts: np.ndarray, shift: np.ndarray) -> list[Series]:
+    def _trainer_columns(self, state: RoundState, ts: np.ndarray, shift: np.ndarray) -> _Columns:
         self._current_trainer = {}
+        out: _Columns = ([], [], [])
         if not self.layout.trainer or not state.training:
-            return []
+            return out
         epoch = self.plan.epoch_at(state.t_ms)
         labels = self._trainer_labels.get(epoch.index)
         if labels is None:
@@ -502,42 +508,40 @@ class ClusterSimulator:
         up = state.member & ~state.silent & ~state.target_silent[:, TRAINER]
         iteration = round(self._iteration_s, 4)
         tokens = round(self.config.calibration.tokens_per_iteration / self._iteration_s, 1)
-        out: list[Series] = []
-        with gc_paused():
-            for node in np.flatnonzero(up).tolist():
-                at = int(ts[node, TRAINER] + shift[node])
-                it_labels, tok_labels = labels[node]
-                pair = [Series(it_labels, [(at, iteration)]), Series(tok_labels, [(at, tokens)])]
-                delay = int(state.delay_rounds[node])
-                if delay:
-                    self._held.append((state.t_ms + delay * self.config.interval_ms, pair))
-                else:
-                    out.extend(pair)
-                self._current_trainer[node] = labels[node]
+        for node in np.flatnonzero(up).tolist():
+            at = int(ts[node, TRAINER] + shift[node])
+            pair: _Columns = (list(labels[node]), [at, at], [iteration, tokens])
+            delay = int(state.delay_rounds[node])
+            if delay:
+                self._held.append((state.t_ms + delay * self.config.interval_ms, pair))
+            else:
+                for column, more in zip(out, pair, strict=True):
+                    column.extend(more)  # type: ignore[attr-defined]
+            self._current_trainer[node] = labels[node]
         return out
 
     def _stale_markers(
         self, keep: np.ndarray | None, flat_array: np.ndarray, state: RoundState, ts: np.ndarray
-    ) -> list[Series]:
+    ) -> _Columns:
         """Stale markers for every series that the previous round emitted and this one does not."""
         from streams.ingest.remote_write import STALE_NAN
 
         lay = self.layout
-        out: list[Series] = []
+        labels: list[dict[str, str]] = []
+        stamps: list[int] = []
         if self._prev_keep is not None and keep is not None:
             dropped = self._prev_keep & ~keep
             if dropped.any() and self._prev_flat is not None:
                 nodes, cols = np.nonzero(dropped)
                 labels = self._prev_flat.reshape(dropped.shape)[nodes, cols].tolist()
                 stamps = ts[nodes, lay.col_target[cols]].tolist()
-                out = [Series(lbl, [(t, STALE_NAN)]) for lbl, t in zip(labels, stamps, strict=True)]
         self._prev_keep = (
             np.ones((len(self.hosts), lay.columns), dtype=bool) if keep is None else keep
         )
         self._prev_flat = flat_array
-        for node, labels in self._prev_trainer.items():
+        for node, trainer in self._prev_trainer.items():
             if node not in self._current_trainer:
-                at = int(ts[node, TRAINER])
-                out.extend(Series(lbl, [(at, STALE_NAN)]) for lbl in labels)
+                labels.extend(trainer)
+                stamps.extend([int(ts[node, TRAINER])] * len(trainer))
         self._prev_trainer = self._current_trainer
-        return out
+        return labels, stamps, [STALE_NAN] * len(labels)

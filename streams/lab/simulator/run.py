@@ -26,10 +26,11 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 
-from streams.ingest.series import Series
+from streams.ingest.series import SampleBatch, Series
 from streams.lab.simulator.cluster import ClusterSimulator
 from streams.lab.simulator.config import ClusterConfig
 from streams.lab.simulator.faults import GroundTruth
@@ -59,6 +60,26 @@ def generate(
     computed (without building series) so counters and temperatures are what
     a run from the beginning would show. ``end_ms=None`` runs forever.
     """
+    return _rounds(config, start_ms, end_ms, ClusterSimulator.scrape)
+
+
+def generate_batches(
+    config: ClusterConfig, start_ms: int | None = None, end_ms: int | None = None
+) -> Iterator[tuple[int, SampleBatch]]:
+    """``generate`` in columns (``ClusterSimulator.scrape_batch``): the same samples in the
+    same order, no ``Series``; ``streams.offline.score_rounds`` reads them as they are."""
+    return _rounds(config, start_ms, end_ms, ClusterSimulator.scrape_batch)
+
+
+_Round = TypeVar("_Round")
+
+
+def _rounds(
+    config: ClusterConfig,
+    start_ms: int | None,
+    end_ms: int | None,
+    scrape: Callable[[ClusterSimulator, int], _Round],
+) -> Iterator[tuple[int, _Round]]:
     interval = config.interval_ms
     start = config.start_ms if start_ms is None else max(start_ms, config.start_ms)
     first = config.start_ms + -(-(start - config.start_ms) // interval) * interval  # ceil to grid
@@ -68,7 +89,7 @@ def generate(
         sim.advance(t)
         t += interval
     while end_ms is None or t < end_ms:
-        yield t, sim.scrape(t)
+        yield t, scrape(sim, t)
         t += interval
 
 
