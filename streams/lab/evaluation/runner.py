@@ -24,6 +24,7 @@ from detectors.features import per_gpu_key
 from detectors.gpu_health import GpuHealthState, step_gpu_health
 from detectors.vocabulary import AlertChange
 from streams.catalog import load_xid_catalog
+from streams.gc_pause import gc_paused
 from streams.lab.evaluation.scoring import RunScore, score_run
 from streams.lab.simulator.remap import RemapSeries
 from streams.lab.simulator.run import generate_batches
@@ -72,14 +73,10 @@ def run_one(name: str, seed: int, keep_scores: bool = False) -> RunResult:
     The cyclic collector is off for the run: a run leaves a few hundred objects in
     cycles, while the collector's passes over what the builder and pipeline hold
     cost ~6 % of it; what is left is collected once at the end."""
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        return _run_one(name, seed, keep_scores)
-    finally:
-        if collecting:
-            gc.enable()
-            gc.collect()
+    with gc_paused():
+        result = _run_one(name, seed, keep_scores)
+    gc.collect()
+    return result
 
 
 def _run_one(name: str, seed: int, keep_scores: bool) -> RunResult:
