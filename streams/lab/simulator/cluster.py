@@ -491,9 +491,11 @@ class ClusterSimulator:
 
     def _trainer_columns(self, state: RoundState, ts: np.ndarray, shift: np.ndarray) -> _Columns:
         self._current_trainer = {}
-        out: _Columns = ([], [], [])
+        out_labels: list[dict[str, str]] = []
+        out_stamps: list[int] = []
+        out_values: list[float] = []
         if not self.layout.trainer or not state.training:
-            return out
+            return out_labels, out_stamps, out_values
         epoch = self.plan.epoch_at(state.t_ms)
         labels = self._trainer_labels.get(epoch.index)
         if labels is None:
@@ -515,10 +517,11 @@ class ClusterSimulator:
             if delay:
                 self._held.append((state.t_ms + delay * self.config.interval_ms, pair))
             else:
-                for column, more in zip(out, pair, strict=True):
-                    column.extend(more)  # type: ignore[attr-defined]
+                out_labels += labels[node]
+                out_stamps += [at, at]
+                out_values += [iteration, tokens]
             self._current_trainer[node] = labels[node]
-        return out
+        return out_labels, out_stamps, out_values
 
     def _stale_markers(
         self, keep: np.ndarray | None, flat_array: np.ndarray, state: RoundState, ts: np.ndarray
