@@ -161,8 +161,14 @@ fn prefiltered_out(raw: &[u8], wanted: &FxHashSet<Vec<u8>>) -> bool {
     !wanted.contains(name)
 }
 
+/// The first `NAME_LABEL` in `raw`: one substring search (every Label starts with the
+/// pattern's first byte, so testing each of those was most of the prefilter's cost).
 fn find_name_label(raw: &[u8]) -> Option<usize> {
-    memchr::memchr_iter(NAME_LABEL[0], raw).find(|&at| raw[at..].starts_with(NAME_LABEL))
+    static FINDER: std::sync::OnceLock<memchr::memmem::Finder<'static>> =
+        std::sync::OnceLock::new();
+    FINDER
+        .get_or_init(|| memchr::memmem::Finder::new(NAME_LABEL))
+        .find(raw)
 }
 
 /// What a body decodes to: series (or label dicts), the columns if asked and possible,
