@@ -180,6 +180,18 @@ class _LegacySketchUnpickler(pickle.Unpickler):
         return self._ALLOWED[(module, name)]
 
 
+# What foreign or truncated pickle bytes raise (UnpicklingError is not a ValueError).
+_UNREADABLE = (
+    ValueError,
+    TypeError,
+    KeyError,
+    AttributeError,
+    IndexError,
+    EOFError,
+    pickle.UnpicklingError,
+)
+
+
 def _legacy_sketch(text: str, where: str) -> P2Quantile:
     """A river ``Quantile`` pickled to base64 (the format before this codec) as its numbers."""
     try:
@@ -189,9 +201,7 @@ def _legacy_sketch(text: str, where: str) -> P2Quantile:
         if not isinstance(inner, _RsQuantile) or not isinstance(inner.state, bytes):
             raise ValueError("not a river Quantile")
         sketch = from_river_state(inner.state)
-    except (ValueError, TypeError, KeyError, AttributeError, IndexError, EOFError) as exc:
-        raise ValueError(f"{where} is unreadable: {exc!r}") from None
-    except pickle.UnpicklingError as exc:  # not a ValueError
+    except _UNREADABLE as exc:
         raise ValueError(f"{where} is unreadable: {exc!r}") from None
     return sketch
 
