@@ -7,7 +7,9 @@ integer(3)``, ``learned: bool = flag(True)``, ``phase: PhaseParams = part(PhaseP
 everywhere ("a must be an int >= 1, got 0", "x must be finite and > 0, got nan",
 "y must be in (0, 1], got 2"), which the settings errors show the operator; a class
 adds a ``__post_init__`` (calling ``super()``'s first) only for rules across fields.
-``check_ints`` / ``check_reals`` are the same checks for classes that are no parameters.
+``check_at_least(self, "b", "a")`` is the common rule across two fields ("b (3) must be
+>= a (5)"); ``check_ints`` / ``check_reals`` are the field checks for classes that are
+no parameters.
 ``check_name`` is the one check of a name read off the wire (job events, membership),
 raising the reader's own error type.
 """
@@ -28,6 +30,7 @@ __all__ = [
     "MAX_NAME",
     "Bounds",
     "Checked",
+    "check_at_least",
     "check_ints",
     "check_name",
     "check_reals",
@@ -105,9 +108,10 @@ def checked(default: T, rule: Rule) -> T:
     return dataclasses.field(default=default, metadata={_RULE: rule})
 
 
-def integer(default: int, *, minimum: int = 1, maximum: int | None = None) -> int:
-    """An int field (not a bool) in [minimum, maximum]."""
-    return checked(default, _int_rule(minimum, maximum))
+def integer(default: int, *, minimum: int = 1, maximum: int | None = None, why: str = "") -> int:
+    """An int field (not a bool) in [minimum, maximum]; ``why``: the bound's reason, said
+    in the error."""
+    return checked(default, _int_rule(minimum, maximum, why))
 
 
 def real(default: float, **bounds: Unpack[Bounds]) -> float:
@@ -146,6 +150,14 @@ def part(kind: type[T], factory: Callable[[], T] | None = None) -> T:
     return dataclasses.field(default_factory=factory or kind, metadata={_RULE: rule})
 
 
+def check_at_least(owner: object, name: str, floor: str, why: str = "") -> None:
+    """A rule across two fields: ``owner.name >= owner.floor`` (``why``: what breaks if not)."""
+    value, low = getattr(owner, name), getattr(owner, floor)
+    if value < low:
+        reason = f": {why}" if why else ""
+        raise ValueError(f"{name} ({value}) must be >= {floor} ({low}){reason}")
+
+
 def check_ints(owner: object, *names: str, minimum: int = 1, maximum: int | None = None) -> None:
     """Each named field of ``owner`` is an int (not a bool) in [minimum, maximum]."""
     rule = _int_rule(minimum, maximum)
@@ -160,11 +172,12 @@ def check_reals(owner: object, *names: str, **bounds: Unpack[Bounds]) -> None:
         rule(name, getattr(owner, name))
 
 
-def _int_rule(minimum: int, maximum: int | None) -> Rule:
+def _int_rule(minimum: int, maximum: int | None, why: str = "") -> Rule:
     def rule(name: str, value: Any) -> None:
         if not is_int(value) or value < minimum or (maximum is not None and value > maximum):
             bounds = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
-            raise ValueError(f"{name} must be an int {bounds}, got {value!r}")
+            reason = f" ({why})" if why else ""
+            raise ValueError(f"{name} must be an int {bounds}{reason}, got {value!r}")
 
     return rule
 

@@ -43,12 +43,13 @@ per GPU elsewhere and always page. The phase rides on ``BucketResult.phase``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import chain, repeat
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -63,7 +64,7 @@ from detectors.alerts import (
 )
 from detectors.arrays import BoolArray, FloatArray
 from detectors.baseline import BaselineParams, NodeBaselines
-from detectors.checks import Checked, flag, integer, part
+from detectors.checks import Checked, check_at_least, flag, integer, part
 from detectors.features import FeatureSpec
 from detectors.fusion import FusionParams, GroupEvent, NodeVerdict, fuse_bucket
 from detectors.group_shift import GroupLevels, GroupShift, ShiftParams, regime_check, track_levels
@@ -82,6 +83,8 @@ from detectors.population import (
 from detectors.state_codec import JsonState, hook
 
 __all__ = ["BucketResult", "GroupState", "ScoringParams", "score_bucket"]
+
+_P = TypeVar("_P", FusionParams, AlertParams, ShiftParams)  # the parts ScoringParams builds
 
 STATE_SCHEMA = 3
 
@@ -153,7 +156,7 @@ class ScoringParams(Checked):
     of schema 2. ``phase``: the training-phase rules (:class:`detectors.phase.PhaseParams`).
     """
 
-    min_peers: int = 8
+    min_peers: int = integer(8, minimum=2, why="a node is not its own peer group")
     # the fusion's and the lifecycle's knobs, flat for settings; their defaults are theirs
     z_evidence: float = FusionParams.z_evidence
     z_clip: float = FusionParams.z_clip
@@ -179,48 +182,27 @@ class ScoringParams(Checked):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if isinstance(self.min_peers, bool) or not isinstance(self.min_peers, int):
-            raise ValueError(f"min_peers must be an int, got {self.min_peers!r}")
-        if self.min_peers < 2:
-            raise ValueError(
-                f"min_peers must be >= 2 (a node is not its own peer group), got {self.min_peers}"
-            )
         # Building the parts validates their fields.
         _ = self.fusion, self.alerts, self.shift
-        if self.shift_adopt_after < self.persistence:
-            raise ValueError(
-                f"shift_adopt_after ({self.shift_adopt_after}) must be >= persistence "
-                f"({self.persistence}): a shift adopted sooner could never fire"
-            )
+        check_at_least(
+            self, "shift_adopt_after", "persistence", "a shift adopted sooner could never fire"
+        )
+
+    def _part(self, kind: type[_P]) -> _P:
+        """The part ``kind`` built from this object's fields of the same names."""
+        return kind(**{f.name: getattr(self, f.name) for f in dataclasses.fields(kind)})
 
     @cached_property
     def fusion(self) -> FusionParams:
-        return FusionParams(
-            z_evidence=self.z_evidence,
-            z_clip=self.z_clip,
-            top_k=self.top_k,
-            score_threshold=self.score_threshold,
-            cluster_fraction=self.cluster_fraction,
-            max_signals=self.max_signals,
-        )
+        return self._part(FusionParams)
 
     @cached_property
     def alerts(self) -> AlertParams:
-        return AlertParams(
-            persistence=self.persistence,
-            silent_buckets=self.silent_buckets,
-            resolve_after=self.resolve_after,
-        )
+        return self._part(AlertParams)
 
     @cached_property
     def shift(self) -> ShiftParams:
-        return ShiftParams(
-            shift_threshold=self.shift_threshold,
-            shift_release=self.shift_release,
-            shift_alpha=self.shift_alpha,
-            shift_warmup=self.shift_warmup,
-            shift_adopt_after=self.shift_adopt_after,
-        )
+        return self._part(ShiftParams)
 
 
 @dataclass(frozen=True, eq=False)

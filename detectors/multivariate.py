@@ -90,7 +90,7 @@ import numpy as np
 import numpy.typing as npt
 
 from detectors.arrays import BoolArray, FloatArray
-from detectors.checks import Checked, integer, is_int, real
+from detectors.checks import Checked, check_at_least, integer, is_int, real
 from detectors.quantile import P2Quantile, from_river_state
 from detectors.state_codec import FINITE_NON_NEGATIVE, JsonState, check, hook, ndarray
 
@@ -137,11 +137,7 @@ class MultivariateParams(Checked):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.calibration_window < self.calibration_min:
-            raise ValueError(
-                f"calibration_window ({self.calibration_window}) must be >= calibration_min "
-                f"({self.calibration_min})"
-            )
+        check_at_least(self, "calibration_window", "calibration_min")
 
     @property
     def beta(self) -> float:

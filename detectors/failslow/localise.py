@@ -202,20 +202,11 @@ class LocaliseParams(Checked):
     """
 
     z_threshold: float = real(4.0, above=0)
-    min_peers: int = 4
+    min_peers: int = integer(4, minimum=3, why="a median of two blames no one")
     cluster_fraction: float = real(0.3, above=0, below=0.5)
     reference_shift: float = real(0.25, above=0)
     throttle_clock_z: float = real(2.0, at_least=0)
     max_evidence: int = integer(6)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if isinstance(self.min_peers, bool) or not isinstance(self.min_peers, int):
-            raise ValueError(f"min_peers must be an int, got {self.min_peers!r}")
-        if self.min_peers < 3:
-            raise ValueError(
-                f"min_peers must be >= 3 (a median of two blames no one), got {self.min_peers}"
-            )
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,17 @@ import pytest
 from pydantic import ValidationError
 
 import detectors
-from detectors.checks import Checked, check_ints, check_reals, flag, integer, maybe_real, part, real
+from detectors.checks import (
+    Checked,
+    check_at_least,
+    check_ints,
+    check_reals,
+    flag,
+    integer,
+    maybe_real,
+    part,
+    real,
+)
 from detectors.fusion import FusionParams
 from detectors.group import ScoringParams
 from streams.settings import Settings
@@ -34,14 +44,14 @@ class _Params(Checked):
     expected: float | None = maybe_real(None, above=0)
     enabled: bool = flag(True)
     inner: _Inner = part(_Inner)
+    peers: int = integer(4, minimum=3, why="a median of two blames no one")
     low: int = integer(1)
     high: int = integer(2)
     free: str = "anything"
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.low > self.high:
-            raise ValueError("low must be <= high")
+        check_at_least(self, "high", "low", "the range would be empty")
 
 
 @pytest.mark.parametrize(
@@ -58,7 +68,8 @@ class _Params(Checked):
         ({"expected": -1.0}, "expected must be finite and > 0, got -1.0"),
         ({"enabled": 1}, "enabled must be a bool, got 1"),
         ({"inner": {"level": 1}}, r"inner must be a _Inner, got \{'level': 1\}"),
-        ({"low": 3}, "low must be <= high"),
+        ({"peers": 2}, r"peers must be an int >= 3 \(a median of two blames no one\), got 2"),
+        ({"low": 3}, r"high \(2\) must be >= low \(3\): the range would be empty"),
     ],
 )
 def test_declared_bounds_are_checked_with_the_shared_wording(kwargs, message) -> None:  # type: ignore[no-untyped-def]
