@@ -12,10 +12,11 @@ nodes' frames are sent, encoded and keyed by group as the ingest writes them
 (the first closes on its grace period, the detectors fill their state), as
 ``bench.worker`` leaves them untimed; then ``--buckets`` timed ones. A phase is
 done when the workers' consumer group has committed every frame sent (a frame is
-acked once its bucket is scored and its snapshot written: ``streams.acks``), read
-from the broker, so the figure holds no ``/metrics`` page of the bench's making;
-each child's CPU seconds (user + system, ``/proc``) are read before the timed
-frames go out and when they are committed. After the run one ``/metrics`` page
+acked once its bucket is scored and its snapshot written: ``streams.acks``) and
+the group-state changelog has stopped growing, both read from the broker, so the
+figure holds no ``/metrics`` page of the bench's making; each child's CPU seconds
+(user + system, ``/proc``) are read before the timed frames go out and when they
+are committed. After the run one ``/metrics`` page
 per worker is read (the frame count, which must equal the frames sent, and the
 scoring-time histogram) and its CPU cost printed apart: Prometheus scrapes it
 every 15-30 s. Printed beside the baseline of the same run (``bench.worker.run``,
@@ -254,6 +255,11 @@ def through_kafka(
         n = asyncio.run(preload(bootstrap, settings.topic_frames, fleet, count, first))
         ends = asyncio.run(end_offsets(bootstrap, settings.topic_frames, partitions))
         wait_committed(bootstrap, settings.app_id, settings.topic_frames, ends, timeout_s)
+        # the last snapshots' changelog writes may still be on their way after the commit
+        before: dict[int, int] | None = None
+        while (now := asyncio.run(end_offsets(bootstrap, changelog, partitions))) != before:
+            before = now
+            time.sleep(COMMITTED_EVERY_S)
         return n
 
     try:
