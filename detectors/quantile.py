@@ -41,7 +41,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from detectors.checks import check_ints, check_reals
-from detectors.state_codec import JsonState, check
+from detectors.state_codec import NANS_AS_NULLS, JsonState, check
 
 __all__ = ["P2Quantile", "QuantileSketch", "from_river_state"]
 
@@ -83,7 +83,9 @@ class P2Quantile(JsonState):
     q: float = 0.5
     desired: tuple[float, ...] = field(default=(), metadata=check(_five))
     positions: tuple[float, ...] = field(default=(1.0, 2.0, 3.0, 4.0, 5.0), metadata=check(_five))
-    heights: tuple[float, ...] = field(default=(), metadata=check(_heights))
+    # A NaN fed in (the model's score of a degenerate bucket) stays a NaN marker, as in
+    # river's estimator; strict JSON writes it as null.
+    heights: tuple[float, ...] = field(default=(), metadata=check(_heights) | NANS_AS_NULLS)
     ordered: bool = False
 
     def __post_init__(self) -> None:

@@ -184,6 +184,20 @@ NAN_AS_NULL = hook(_nan_as_null, _null_as_nan)
 """A float written as null when not finite (strict JSON has no NaN, inf), read null as NaN."""
 
 
+def _nans_as_nulls(values: tuple[float, ...]) -> list[float | None]:
+    return [_nan_as_null(x) for x in values]
+
+
+def _nulls_as_nans(data: Any, where: str) -> tuple[float, ...]:
+    if not isinstance(data, list):
+        raise ValueError(f"{where} must be a list, got {type(data).__name__}")
+    return tuple(_null_as_nan(x, f"{where}[{i}]") for i, x in enumerate(data))
+
+
+NANS_AS_NULLS = hook(_nans_as_nulls, _nulls_as_nans)
+"""A tuple of floats, each written as :data:`NAN_AS_NULL` writes one."""
+
+
 def is_nan(x: float) -> bool:
     """For ``omit``: a float that is not finite (what :data:`NAN_AS_NULL` writes as null)."""
     return not math.isfinite(x)

@@ -149,3 +149,15 @@ def test_legacy_and_json_sketch_sizes() -> None:
     for sketch in (P2Quantile(0.999), full):
         legacy = base64.b64encode(pickle.dumps(_river_with(sketch), 4)).decode()
         assert len(json.dumps(sketch.to_dict())) <= len(json.dumps(legacy))
+
+
+def test_a_nan_marker_is_strict_json_and_reads_back_as_nan() -> None:
+    """A degenerate bucket feeds the tail sketch a NaN score; the state stays strict JSON."""
+    sketch = P2Quantile(0.999).add_all([1.0, math.nan, 2.0, 3.0, 4.0, 5.0, 6.0])
+    assert any(math.isnan(h) for h in sketch.heights)
+    blob = json.dumps(sketch.to_dict(), allow_nan=False)
+    back = P2Quantile.from_dict(json.loads(blob))
+    assert [math.isnan(h) for h in back.heights] == [math.isnan(h) for h in sketch.heights]
+    assert [h for h in back.heights if not math.isnan(h)] == [
+        h for h in sketch.heights if not math.isnan(h)
+    ]
