@@ -1,9 +1,9 @@
 """Hold Python's cyclic garbage collector over a block that makes many small objects.
 
-Building a round of series (the simulator) or feeding one (the offline path)
-allocates thousands of small acyclic objects; with the collector on it runs
-several times per block and rescans everything still held downstream, which
-more than doubles the block's cost. Nothing is lost: the next pass runs after.
+Building a round of series (the simulator), feeding one (the offline path) or a
+remote_write body (the ingest) allocates thousands of small acyclic objects; with
+the collector on it runs several times per block and rescans everything still held
+downstream, which more than doubles the block's cost. Nothing is lost: the next pass runs after.
 """
 
 from __future__ import annotations

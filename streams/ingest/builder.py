@@ -54,7 +54,6 @@ larger of its two values rather than the last.
 
 from __future__ import annotations
 
-import gc
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -66,6 +65,7 @@ import numpy as np
 from detectors.features import DEFAULT_BUCKET_MS, FeatureSpec, per_gpu_key
 from streams.catalog import features_for
 from streams.frames import Frame
+from streams.gc_pause import gc_paused
 from streams.ingest.ha import HaTracker
 from streams.ingest.remote_write import is_stale_marker
 from streams.ingest.scrape_phase import ScrapePhases, ScrapeTarget
@@ -538,17 +538,12 @@ class FrameBuilder:
         # No collection while the body's objects are made (a pass every 700 of them only
         # promotes them): the collector runs after, on its own schedule -- as the
         # compiled decoder does for the objects it makes.
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
+        with gc_paused():
             if self._kernel is None:
                 ts, values = batch.timestamps.tolist(), batch.values.tolist()
                 samples = zip(zip(ts, values, strict=True), strict=True)
                 return self._add(zip(batch.labels, samples, strict=True), now_s)
             return self._add_columns(batch, now_s)
-        finally:
-            if collecting:
-                gc.enable()
 
     def _add_columns(self, batch: SampleBatch, now_s: float | None) -> AddStats:
         """``_add`` of a batch: the compiled loop, and ``_add_pairs`` for each sample it
