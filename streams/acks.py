@@ -1,12 +1,14 @@
-"""Hold a frame's Kafka acknowledgement until its bucket has been scored.
+"""Hold a frame's Kafka acknowledgement until a written snapshot covers its bucket.
 
 Faust commits a partition's offset up to the first event not yet acked. The
-worker acks a frame only once the bucket it went into is closed, scored and the
-group's state written to its table; until then the frame sits in worker memory
-only. So a crash (or a rebalance: Faust seeks to the committed offsets) re-delivers
-the frames of still-open buckets: they merge again (merging is idempotent), while
-frames of buckets already closed are late and dropped. Open buckets survive
-without being saved anywhere but the frames topic itself.
+worker acks a frame only once the bucket it went into is closed, scored and a
+snapshot of the group's state covering it written to its table (every K-th bucket:
+``streams.checkpoints``); until then the frame sits in worker memory only. So a
+crash (or a rebalance: Faust seeks to the committed offsets) re-delivers the frames
+of still-open buckets and of closed ones not checkpointed yet: they merge again
+(merging is idempotent) and are scored again from the restored snapshot, while
+frames of buckets it covers are late and dropped. Open buckets survive without
+being saved anywhere but the frames topic itself.
 
 Bookkeeping only: events are anything with ``ack()``.
 """
@@ -42,6 +44,13 @@ class BucketAcks:
         if not buckets:
             del self._held[group]
         return acked
+
+    def release_all(self, group: str) -> int:
+        """Ack every held event of ``group`` (it ended: nothing of it is left to restore)."""
+        events = [e for events in self._held.pop(group, {}).values() for e in events]
+        for event in events:
+            event.ack()
+        return len(events)
 
     def drop(self, group: str) -> int:
         """Forget ``group``'s events without acking them (another worker owns it now)."""

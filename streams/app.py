@@ -4,8 +4,10 @@ Topics: ``peerwatch.frames`` (key = group) is consumed by one agent, so a group
 is always handled by one worker, in order. Per-group detector state and window
 membership live in the changelogged table ``group-state`` (co-partitioned with
 the frames topic), so a restarted worker continues with its learned state.
-Open buckets are not saved: a frame is acked only once its bucket is scored
-(``streams.acks``), so a crash re-delivers the frames of open buckets.
+Open buckets are not saved: a frame is acked only once a snapshot written after its
+bucket was scored covers it (``streams.acks``; a group's snapshot is written every
+``snapshot_every_buckets`` buckets: ``streams.checkpoints``), so a crash re-delivers the
+frames of open buckets and of those scored since the last snapshot.
 
 Quiet groups: a bucket must close even if no further frame arrives. A 1-s timer
 sends a *tick* (a frame with an empty node) for every group with an overdue
@@ -33,6 +35,7 @@ from detectors.xid.kernel_log import parse_kernel_line
 from streams.acks import BucketAcks
 from streams.advice import advice_key, advice_record
 from streams.alerting import AlertLinks, to_payload, to_record
+from streams.checkpoints import Checkpoints
 from streams.frames import Frame, FrameError, decode_frame, encode_frame
 from streams.kafka import faust_credentials
 from streams.metrics import WorkerMetrics
@@ -198,7 +201,8 @@ def create_app(
             sink.submit(to_payload(c, links) for c in scored.changes)
             sink.keep_firing(to_payload(a, links) for a in scored.active)
 
-    held = BucketAcks()  # frames of open buckets: acked once scored (streams.acks)
+    held = BucketAcks()  # frames not covered by a written snapshot yet (streams.acks)
+    checkpoints = Checkpoints(settings.snapshot_every_buckets, settings.bucket_ms)
     partition_of: dict[str, int] = {}  # group -> the frames partition it arrives on
     owned: set[int] = set()  # frames partitions assigned to this worker
     lost: set[int] = set()  # frames partitions a rebalance took away, groups not yet forgotten
@@ -209,6 +213,7 @@ def create_app(
         for group in [g for g, p in partition_of.items() if p in lost]:
             pipeline.forget(group)
             held.drop(group)
+            checkpoints.forget(group)
             metrics.forget_group(group)  # the new owner exports them now
             del partition_of[group]
             if (sink := sink_holder.get("am")) is not None:
@@ -245,14 +250,21 @@ def create_app(
         partition_of[group] = event.message.partition
         if group not in pipeline.windows and (snap := state_table.get(group)):
             pipeline.restore(group, STATE_CODEC.loads(snap))
+            checkpoints.wrote(group, pipeline.window(group).closed_upto)
             log.info("group_restored group=%s", group)
         now = time.time()
+        if frame.node or frame.left:
+            # Held until a written snapshot holds what it changed: its bucket's, or for a
+            # late frame or a departure (a member's GPU values or departure, taken now),
+            # the next bucket's.
+            held.hold(group, max(frame.ts, pipeline.window(group).closed_upto + 1), event)
+            done = None
         if frame.left:
             pipeline.leave(group, frame.node, frame.ts, now)
             log.info("node_left group=%s node=%s", group, frame.node)
         elif frame.node:
             metrics.frames.inc()
-            if pipeline.add(
+            if not pipeline.add(
                 group,
                 frame.node,
                 frame.ts,
@@ -262,9 +274,6 @@ def create_app(
                 frame.role,
                 on_hold=frame.on_hold,
             ):
-                held.hold(group, frame.ts, event)
-                done = None
-            else:
                 metrics.frames_late.labels(group=group).inc()
                 log.debug("frame_late group=%s node=%s ts=%d", group, frame.node, frame.ts)
         scored = pipeline.due(group, now)
@@ -272,17 +281,27 @@ def create_app(
             await publish(item)
         if scored and scored[-1].ended:
             end_group(group, scored[-1])
-        else:
-            if scored:
-                state_table[group] = STATE_CODEC.dumps(pipeline.snapshot(group))
-            held.release(group, pipeline.window(group).closed_upto)
+        elif scored:
+            checkpoint(group, scored)
         if done is not None:
             done.ack()
+
+    def checkpoint(group: str, scored: list[Scored]) -> None:
+        # Off the cadence when re-scoring these buckets after a crash would re-send what
+        # they decided, or when a node was handed to the group (streams.checkpoints).
+        urgent = any(s.changes or s.advice for s in scored)
+        urgent = pipeline.node_health.take_handed(group) or urgent
+        closed_upto = pipeline.window(group).closed_upto
+        if checkpoints.due(group, closed_upto, urgent):
+            state_table[group] = STATE_CODEC.dumps(pipeline.snapshot(group))
+            checkpoints.wrote(group, closed_upto)
+            held.release(group, closed_upto)
 
     def end_group(group: str, end: Scored) -> None:
         # Its alerts were resolved in ``end``; its snapshot goes too (a tombstone in the
         # changelog): a job id that comes back later starts afresh, as it does here.
-        held.release(group, end.bucket.ts)
+        held.release_all(group)  # the tombstone below covers every frame of it
+        checkpoints.forget(group)
         if group in state_table:
             del state_table[group]
         partition_of.pop(group, None)

@@ -74,6 +74,7 @@ class NodeHealth:
         self._nodes: dict[str, _Node] = {}
         self._homed: dict[str, set[str]] = {}  # group -> nodes whose home it is
         self._log_xids: dict[str, list[XidEvent]] = {}  # node -> XIDs not judged yet
+        self._handed: set[str] = set()  # groups a node moved to (``take_handed``)
 
     def __len__(self) -> int:
         return len(self._nodes)
@@ -172,6 +173,15 @@ class NodeHealth:
             self._homed[entry.home].discard(node)
             entry.home = group
             self._homed.setdefault(group, set()).add(node)
+            self._handed.add(group)
+
+    def take_handed(self, group: str) -> bool:
+        """Whether a node was handed to ``group`` from another group since the last call (the
+        worker then writes the group's snapshot at its next bucket: ``streams.checkpoints``)."""
+        if group in self._handed:
+            self._handed.discard(group)
+            return True
+        return False
 
     def _forget(self, node: str) -> None:
         old = self._nodes.pop(node, None)
@@ -180,6 +190,7 @@ class NodeHealth:
 
     def forget_group(self, group: str) -> None:
         """Drop the nodes homed in ``group`` (it moved to another worker with its snapshot)."""
+        self._handed.discard(group)
         for node in list(self._homed.pop(group, ())):
             self._nodes.pop(node, None)
             self._log_xids.pop(node, None)
@@ -189,6 +200,7 @@ class NodeHealth:
         forgotten; ``ending.moved`` (they departed to another group) keep theirs, and their
         next frame with per-GPU values homes them where it lands."""
         group = ending.group
+        self._handed.discard(group)
         changes: list[AlertChange] = []
         for node in sorted(self._homed.get(group, set()) - ending.moved):
             entry = self._nodes.pop(node)

@@ -289,3 +289,33 @@ def test_the_pci_map_survives_a_restore(catalog) -> None:  # type: ignore[no-unt
     q.add("job-a", "n01", T0 + B, {"xid_last@0": 0.0, "xid_last@1": 79.0}, {}, T0 / 1000 + 30)
     (change,) = [c for s in q.due("job-a", T0 / 1000 + 90) for c in s.changes]
     assert dict(change.labels)["gpu"] == "1"
+
+
+def test_a_node_handed_to_a_group_marks_that_group_once(catalog) -> None:  # type: ignore[no-untyped-def]
+    """The worker writes the receiving group's snapshot at its next bucket
+    (streams.checkpoints): the giver's may since have been written without the node."""
+    p = pipeline(catalog)
+    for i in range(2):
+        bucket(p, i, in_job())
+    assert not p.node_health.take_handed("job-a")  # nodes that start in a group are not handed
+    bucket(p, 2, in_job(n07=healthy()))
+    assert p.node_health.take_handed("cluster")
+    assert not p.node_health.take_handed("cluster")
+    assert not p.node_health.take_handed("job-a")
+
+
+def test_a_replay_from_the_last_aligned_snapshots_hands_the_node_over_again(catalog) -> None:  # type: ignore[no-untyped-def]
+    """Snapshots written every K buckets: after a crash both groups restore the same
+    bucket's, and the frames re-delivered after it move the node and judge its XID as the
+    uninterrupted run did."""
+    later = [in_job(), in_job(n07=healthy()), in_job(n07=healthy(**{"xid_last@0": 79.0}))]
+    p = pipeline(catalog)
+    for i in range(3):
+        bucket(p, i, in_job())
+    saved = {g: json.loads(json.dumps(p.snapshot(g))) for g in p.windows}
+    want = [xid_changes(bucket(p, 3 + i, placed)) for i, placed in enumerate(later)]
+    q = pipeline(catalog)
+    for group, snap in saved.items():
+        q.restore(group, snap)
+    got = [xid_changes(bucket(q, 3 + i, placed)) for i, placed in enumerate(later)]
+    assert got == want == [[], [], [("cluster", "n07", "firing", "0")]]
