@@ -14,7 +14,15 @@ nodes' frames are sent, encoded and keyed by group as the ingest writes them
 done when the workers' consumer group has committed every frame sent (a frame is
 acked once its bucket is scored and its snapshot written: ``streams.acks``) and
 the group-state changelog has stopped growing, both read from the broker, so the
-figure holds no ``/metrics`` page of the bench's making; each child's CPU seconds
+figure holds no ``/metrics`` page of the bench's making. With a snapshot every
+``--snapshot-every-buckets`` K buckets, frames are acked only once a snapshot covers
+their bucket, so each phase must end on a checkpoint bucket (a warm-up ending on the
+K-th bucket of a block of K, timed buckets a multiple of K), or its frames would never
+all be committed; the bench refuses other counts. The changelog is created
+compacted as the worker's would be, but with a day's ``min.compaction.lag.ms``: the test
+broker's 16-MB segments roll within a bucket at fleet scale and the log cleaner
+removed the older snapshots of each group before they were read back (what made the
+bytes read back 22-32 MB per bucket where 57.6 MB were written); each child's CPU seconds
 (user + system, ``/proc``) are read before the timed frames go out and when they
 are committed. After the run one ``/metrics`` page
 per worker is read (the frame count, which must equal the frames sent, and the
@@ -45,7 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from bench import worker as inproc
 from streams.frames import encode_frame
@@ -110,6 +118,18 @@ async def committed(bootstrap: str, group_id: str, topic: str) -> dict[int, int]
     return {tp.partition: meta.offset for tp, meta in offsets.items() if tp.topic == topic}
 
 
+async def create_changelog(bootstrap: str, topic: str, partitions: int) -> None:
+    """The table's changelog, compacted as Faust makes it, but not before a day: every
+    snapshot written stays readable by ``changelog_bytes``."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        config = {"cleanup.policy": "compact", "min.compaction.lag.ms": str(86_400_000)}
+        await admin.create_topics([NewTopic(topic, partitions, 1, topic_configs=config)])
+    finally:
+        await admin.close()
+
+
 def wait_committed(
     bootstrap: str, group_id: str, topic: str, ends: dict[int, int], timeout_s: float
 ) -> None:
@@ -126,11 +146,11 @@ def wait_committed(
 
 async def changelog_bytes(
     bootstrap: str, topic: str, partitions: int, since: dict[int, int]
-) -> int:
-    """Key + value bytes written to ``topic`` after the offsets ``since``."""
+) -> tuple[int, int]:
+    """The records and their key + value bytes written to ``topic`` after ``since``."""
     ends = await end_offsets(bootstrap, topic, partitions)
     if all(end <= since.get(p, 0) for p, end in ends.items()):
-        return 0
+        return 0, 0
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     await consumer.start()
     try:
@@ -138,16 +158,17 @@ async def changelog_bytes(
         consumer.assign(tps)
         for tp in tps:
             consumer.seek(tp, since.get(tp.partition, 0))
-        size, todo = 0, {tp: ends[tp.partition] for tp in tps}
+        size, count, todo = 0, 0, {tp: ends[tp.partition] for tp in tps}
         while todo:
             batch = await consumer.getmany(*todo, timeout_ms=2000)
             for tp, records in batch.items():
                 for r in records:
                     if r.offset < todo.get(tp, 0):
                         size += len(r.key or b"") + len(r.value or b"")
+                        count += 1
                 if records and records[-1].offset + 1 >= todo.get(tp, 0):
                     todo.pop(tp, None)
-        return size
+        return count, size
     finally:
         await consumer.stop()
 
@@ -209,6 +230,7 @@ class KafkaFigures:
     spent_s: float  # CPU seconds of every worker over the timed buckets
     wall_s: float  # wall seconds from the first timed frame sent to its last committed
     changelog_bytes: int = 0  # group-state changelog bytes written in the timed buckets
+    changelog_records: int = 0  # and its records (snapshots and tombstones)
     scrape_s: float = 0.0  # CPU seconds of every worker to build one /metrics page each
     pages: list[str] = field(default_factory=list)  # each worker's page after the run
 
@@ -222,6 +244,7 @@ def through_kafka(
     workdir: Path,
     timeout_s: float = 600.0,
     warmup: int = 0,
+    snapshot_every: int = 1,
 ) -> KafkaFigures:
     """``warmup`` buckets scored, then ``buckets`` timed; every figure of the run."""
     run = os.urandom(4).hex()
@@ -231,10 +254,12 @@ def through_kafka(
         app_id=f"peerwatch-bench-{run}",
         topic_partitions=partitions,
         alertmanager_url=f"http://127.0.0.1:{free_port()}",
+        snapshot_every_buckets=snapshot_every,
     )
     settings = Settings(**{k.removeprefix("PEERWATCH_").lower(): v for k, v in base.items()})
     changelog = f"{settings.app_id}-{STATE_TABLE}-changelog"
     asyncio.run(ensure_topics(settings))
+    asyncio.run(create_changelog(bootstrap, changelog, partitions))
     procs, ports = [], []
     for i in range(workers):
         port = free_port()
@@ -274,7 +299,7 @@ def through_kafka(
         total += send(buckets, warmup)
         wall = time.monotonic() - started
         spent = sum(cpu_seconds(p.pid) for p in procs if p.pid) - sum(start_cpu)
-        written = asyncio.run(changelog_bytes(bootstrap, changelog, partitions, since))
+        records, written = asyncio.run(changelog_bytes(bootstrap, changelog, partitions, since))
         before = sum(cpu_seconds(p.pid) for p in procs if p.pid)
         pages = [_page(port) for port in ports]
         scrape = sum(cpu_seconds(p.pid) for p in procs if p.pid) - before
@@ -284,7 +309,20 @@ def through_kafka(
     finally:
         with ThreadPoolExecutor(len(procs)) as pool:
             list(pool.map(PeerwatchProcess.stop, procs))
-    return KafkaFigures(spent, wall, written, scrape, pages)
+    return KafkaFigures(spent, wall, written, records, scrape, pages)
+
+
+def check_phases(fleet: inproc.Fleet, warmup: int, buckets: int, every: int) -> None:
+    """Each phase must end on a bucket whose snapshot is written (streams.checkpoints: the
+    K-th of each aligned block of K, or a group's first), or its frames stay un-acked."""
+    first = fleet.template[0][0].ts // int(inproc.BUCKET_S * 1000)
+    if (warmup == 1 or (first + warmup) % every == 0) and buckets % every == 0:
+        return
+    fits = [w for w in range(warmup, warmup + every) if (first + w) % every == 0]
+    raise SystemExit(
+        f"with a snapshot every {every} buckets, --buckets must be a multiple of {every} "
+        f"and the warm-up end on a checkpoint bucket (--warmup {fits[0]})"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -294,9 +332,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=2, help="untimed buckets first (>= 2)")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument(
+        "--snapshot-every-buckets",
+        type=int,
+        default=Settings.model_fields["snapshot_every_buckets"].default,
+        help="the workers' snapshot_every_buckets",
+    )
     args = parser.parse_args(argv)
+    every = args.snapshot_every_buckets
     tmpl, settings = inproc.template("gpu-slow", 2000, args.warmup + args.buckets)
     fleet = inproc.Fleet(tmpl, args.nodes)
+    check_phases(fleet, args.warmup, args.buckets, every)
     baseline = inproc.run(fleet, settings, buckets=args.buckets, warmup=args.warmup)
     base_s = sum(baseline.bucket_s) / len(baseline.bucket_s)
     with (
@@ -311,12 +357,14 @@ def main(argv: Sequence[str] | None = None) -> None:
             args.partitions,
             Path(tmp),
             warmup=args.warmup,
+            snapshot_every=every,
         )
     per_bucket = got.spent_s / args.buckets
     print(
         f"worker through Kafka: {args.nodes:,} nodes ({fleet.groups} groups), {args.warmup} "
         f"warm-up + {args.buckets} timed buckets, {args.workers} worker(s) on "
-        f"{args.partitions} partitions; {got.wall_s:.1f} s wall for the timed buckets"
+        f"{args.partitions} partitions, a snapshot every {every} bucket(s); "
+        f"{got.wall_s:.1f} s wall for the timed buckets"
     )
     print(f"  {'':<44} {'in-process':>12} {'through Kafka':>14}")
     print(f"  {'fleet CPU seconds per 30-s bucket':<44} {base_s:>12.3f} {per_bucket:>14.3f}")
@@ -334,6 +382,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"  {'changelog bytes per bucket':<44} "
         f"{inproc._median(baseline.snapshot_bytes):>12,.0f} "
         f"{got.changelog_bytes / args.buckets:>14,.0f}"
+    )
+    print(
+        f"  {'changelog records per bucket':<44} {fleet.groups:>12,} "
+        f"{got.changelog_records / args.buckets:>14,.1f}"
     )
     print(
         f"  one /metrics page per worker: {got.scrape_s:.2f} CPU s "

@@ -7,8 +7,9 @@ produced to the ``group-state`` changelog after each of its buckets. Written eve
 re-delivers those frames, which are scored again from it. Nothing is lost; the price
 is up to ``every_buckets`` buckets of replay per group after a crash or rebalance.
 
-The cadence is aligned on the bucket index (``ts // bucket_ms``), so every group
-checkpoints on the same buckets and the per-node GPU state handed between groups
+The cadence is aligned on the bucket index (``ts // bucket_ms``): the snapshot is
+written when a group's bucket of index K-1, 2K-1, ... (or the first after it) closes, so
+every group checkpoints on the same buckets and the per-node GPU state handed between groups
 (``streams.node_health``) is saved by both at one point of the stream. A snapshot is
 written at once, off the cadence, when
 
@@ -44,10 +45,11 @@ class Checkpoints:
         last = self.covered(group)
         if closed_upto <= last:
             return False  # nothing new since (a tick that closed nothing)
-        if urgent:
+        if urgent or last < 0:  # (a new group's first bucket: it is in the table at once)
             return True
-        block = self.bucket_ms * self.every_buckets
-        return closed_upto // block > last // block  # (-1 // block is -1: a first bucket)
+        # the K-th bucket of each block of K (indexes K-1, 2K-1, ...), or past it
+        block, one = self.bucket_ms * self.every_buckets, self.bucket_ms
+        return (closed_upto + one) // block > (last + one) // block
 
     def wrote(self, group: str, closed_upto: int) -> None:
         """``group``'s snapshot covering its buckets up to ``closed_upto`` was written (or

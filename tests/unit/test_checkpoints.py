@@ -12,7 +12,9 @@ from tests.unit.test_acks import Event
 B = 30_000
 
 
-def written(checkpoints: Checkpoints, group: str, buckets: range, urgent: set[int] = set()):
+def written(
+    checkpoints: Checkpoints, group: str, buckets: range, urgent: frozenset[int] = frozenset()
+) -> list[int]:
     out = []
     for i in buckets:
         if checkpoints.due(group, i * B, urgent=i in urgent):
@@ -27,23 +29,23 @@ def test_every_bucket_with_one() -> None:
 
 def test_every_kth_bucket_aligned_on_the_index_whatever_the_groups_first_bucket() -> None:
     checkpoints = Checkpoints(4, B)
-    assert written(checkpoints, "job-a", range(0, 13)) == [0, 4, 8, 12]
-    # a group that starts later writes its first bucket, then on the same buckets as job-a
-    assert written(checkpoints, "job-b", range(6, 13)) == [6, 8, 12]
+    assert written(checkpoints, "job-a", range(0, 13)) == [0, 3, 7, 11]
+    # a group that starts later writes its first bucket, then on job-a's buckets
+    assert written(checkpoints, "job-b", range(5, 13)) == [5, 7, 11]
 
 
 def test_a_skipped_bucket_does_not_skip_the_checkpoint() -> None:
     """A group's buckets need not be consecutive (a bucket without frames does not exist):
     the first one past an aligned boundary is written."""
     checkpoints = Checkpoints(4, B)
-    checkpoints.wrote("job-a", 2 * B)
-    assert not checkpoints.due("job-a", 3 * B)
+    checkpoints.wrote("job-a", 1 * B)
+    assert not checkpoints.due("job-a", 2 * B)
     assert checkpoints.due("job-a", 5 * B)
 
 
 def test_urgent_writes_at_once_and_the_cadence_keeps_its_alignment() -> None:
     checkpoints = Checkpoints(4, B)
-    assert written(checkpoints, "job-a", range(0, 9), urgent={5}) == [0, 4, 5, 8]
+    assert written(checkpoints, "job-a", range(0, 9), urgent=frozenset({5})) == [0, 3, 5, 7]
 
 
 def test_nothing_closed_since_the_last_snapshot_is_never_due() -> None:
@@ -63,7 +65,7 @@ def test_k_below_one_is_refused() -> None:
 
 def test_frames_are_released_only_up_to_the_written_snapshot() -> None:
     """With acks released at each written snapshot, a crash after bucket 10 leaves the
-    frames of buckets 9 and 10 (and the open 11) un-acked: at most K buckets to replay."""
+    frames of buckets 8 to 10 (and the open 11) un-acked: at most K buckets to replay."""
     checkpoints, held = Checkpoints(4, B), BucketAcks()
     frames = {i: Event() for i in range(12)}
     for i, event in frames.items():
@@ -72,7 +74,7 @@ def test_frames_are_released_only_up_to_the_written_snapshot() -> None:
         if closed >= 0 and checkpoints.due("job-a", closed * B):
             checkpoints.wrote("job-a", closed * B)
             held.release("job-a", closed * B)
-    assert [i for i, e in frames.items() if not e.acks] == [9, 10, 11]
+    assert [i for i, e in frames.items() if not e.acks] == [8, 9, 10, 11]
 
 
 def test_an_ended_group_releases_every_held_frame() -> None:
