@@ -132,6 +132,9 @@ def create_app(
         metrics.deliveries.labels(sink="alertmanager", outcome=outcome).inc(n)
 
     async def publish(scored: Scored) -> None:
+        # The sinks first: an alert's way to Alertmanager must not wait for this bucket's
+        # metrics, log lines and alert records (nor, through them, for the next group).
+        submit_to_sinks(scored)
         if scored.ended:  # no bucket was scored: only the resolutions go out
             await send_changes(scored)
             return
@@ -194,6 +197,8 @@ def create_app(
                 change.reason,
             )
             await alerts_topic.send(key=change.node or change.group, value=to_record(change, links))
+
+    def submit_to_sinks(scored: Scored) -> None:
         if (grafana := sink_holder.get("grafana")) is not None:
             grafana.submit(scored.changes)
         sink = sink_holder.get("am")

@@ -481,6 +481,17 @@ class FrameBuilder:
         return None if self._max_ts is None else self._max_ts - self.grace_ms
 
     @property
+    def bucket_due(self) -> bool:
+        """Whether the watermark has passed the end of an open bucket: ``close_due_by_watermark``
+        has frames to give now."""
+        watermark = self.watermark_ms
+        return (
+            watermark is not None
+            and bool(self._open)
+            and min(self._open) + self.bucket_ms <= watermark
+        )
+
+    @property
     def metric_names(self) -> frozenset[str]:
         """Every metric name some feature reads (for ``WriteRequestDecoder(metric_names=...)``)."""
         return frozenset(self._uses)

@@ -74,6 +74,7 @@ class Ingest:
         # The one thread that touches the decoder and the builder (neither is thread-safe).
         self._work = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-work")
         self._in_flight = 0
+        self._bucket_due = asyncio.Event()  # set by a write that closed a bucket (flush_forever)
         self._exported: dict[str, int] = {}  # builder totals already in ``metrics``
         # The supervised background tasks, by name; a failed one is in ``down`` until restarted.
         self.tasks: dict[str, Callable[[], Awaitable[None]]] = {
@@ -170,19 +171,23 @@ class Ingest:
             return reply
         loop = asyncio.get_running_loop()
         try:
-            stats = await loop.run_in_executor(self._work, self._decode_and_add, body)
+            stats, due = await loop.run_in_executor(self._work, self._decode_and_add, body)
         except RemoteWriteError as exc:
             log.warning("remote_write_rejected peer=%s reason=%s", request.remote, exc)
             return self._reply(400, f"{exc}\n")
+        if due:
+            self._bucket_due.set()  # its frames go out now, not on the flusher's next tick
         self.metrics.count_samples(stats.accepted, stats.dropped, time.monotonic())
         return self._reply(204)
 
-    def _decode_and_add(self, body: bytes) -> AddStats:
-        """On the work thread: the body's samples into the builder (and first on disk)."""
+    def _decode_and_add(self, body: bytes) -> tuple[AddStats, bool]:
+        """On the work thread: the body's samples into the builder (and first on disk); and
+        whether they moved the watermark past an open bucket's end."""
         series = self.decoder.decode_batch(body)
         if self.wal is not None:
             self.wal.append(body, _newest_ts(series))
-        return self.builder.add_batch(series, now_s=time.time())
+        stats = self.builder.add_batch(series, now_s=time.time())
+        return stats, self.builder.bucket_due
 
     def _replay(self) -> None:
         """On the work thread, before serving: the bodies the write-ahead log holds."""
@@ -248,7 +253,11 @@ class Ingest:
     async def flush_forever(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            await asyncio.sleep(FLUSH_EVERY_S)
+            # every FLUSH_EVERY_S (idle flush, departures), and at once when a write closed a
+            # bucket: that wait was up to a tick of each alert's latency
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._bucket_due.wait(), FLUSH_EVERY_S)
+            self._bucket_due.clear()
             self.producer.enqueue(await loop.run_in_executor(self._work, self._close_due))
             await loop.run_in_executor(self._work, self._checkpoint)
 

@@ -393,10 +393,13 @@ def test_bucket_closes_when_the_watermark_passes_its_end() -> None:
     b = builder(grace_ms=15_000)
     b.add([series("gpu_temp", (T0, 50)), series("gpu_temp", (T0 + 44_999, 51), instance="n2")])
     assert b.watermark_ms == T0 + 29_999
+    assert not b.bucket_due  # what wakes the ingest's flusher early
     assert b.close_due_by_watermark() == []
     b.add([series("gpu_temp", (T0 + 45_000, 52), instance="n3")])
+    assert b.bucket_due
     closed = b.close_due_by_watermark()
     assert [(f.node, f.ts, f.values) for f in closed] == [("n1", T0, {"temp": 50})]
+    assert not b.bucket_due
     assert b.close_due_by_watermark() == []
 
 
