@@ -24,6 +24,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from streams.ingest import server
 from streams.ingest.remote_write import MetricMetadata, WriteRequest, encode_write_request
 from streams.ingest.security import server_ssl_context
 from streams.ingest.series import Series
@@ -287,6 +288,27 @@ async def test_samples_become_frames_on_the_frames_topic(
     }
     assert len(records) == 4
     assert not any(f["left"] for f in frames.values())
+
+
+async def test_a_write_that_closes_a_bucket_sends_its_frames_without_the_flusher_tick(
+    kafka_bootstrap: str, start_ingest: IngestFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The flusher's tick set to an hour: only the write whose sample moves the watermark
+    past the bucket's end (+ ``ingest_grace_s``) can have sent the bucket's frames."""
+    monkeypatch.setattr(server, "FLUSH_EVERY_S", 3600.0)
+    client, settings = await start_ingest(settings_for(kafka_bootstrap, ingest_grace_s=15.0))
+    await wait_ready(client)
+    b0 = recent_bucket_start()
+    opening = node_series("train-a", "gpu-01:9100", b0 + 5_000, 1_000_000, 10)
+    closing = node_series("train-a", "gpu-02:9100", b0 + B + 15_000, 2_000_000, 7)
+    assert (await post(client, encode_write_request(opening)))[0] == 204
+    assert (await post(client, encode_write_request(closing)))[0] == 204
+
+    records = await read_frames(kafka_bootstrap, settings.topic_frames, want=1)
+
+    assert [(f["node"], f["ts"], f["values"]) for _, f in records] == [
+        ("gpu-01", b0, {"procs_running": 10.0})
+    ]
 
 
 async def test_a_counter_reset_counts_from_zero(
