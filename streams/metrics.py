@@ -18,6 +18,7 @@ from detectors.gpu_health import XID_ALERT
 from detectors.phase import PHASES
 from detectors.population import Composition
 from detectors.vocabulary import Advice, AlertChange
+from streams.group_gauges import GroupGauge, exposition
 from streams.process_metrics import register_process_metrics
 
 log = logging.getLogger("peerwatch.ingest")
@@ -142,13 +143,17 @@ class IngestMetrics:
 
 @dataclass
 class WorkerMetrics:
+    """Every series of the worker: ``registry`` holds them all; ``live`` the ones rendered
+    on each scrape, ``gauges`` the per-group ones whose text is kept (``page``)."""
+
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    live: CollectorRegistry = field(default_factory=CollectorRegistry, init=False, repr=False)
     # (metric, group) -> the job total last exported, for counters fed from running totals
     _exported: dict[tuple[str, str], float] = field(default_factory=dict, init=False, repr=False)
     _lag_partitions: set[int] = field(default_factory=set, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        r = self.registry
+        r = self.live
         register_process_metrics(r)
         self.ready = Gauge(
             "peerwatch_worker_ready",
@@ -188,12 +193,11 @@ class WorkerMetrics:
             ["group"],
             registry=r,
         )
-        self.group_nodes = Gauge(
+        self.group_nodes = GroupGauge(
             "peerwatch_group_nodes",
             "nodes of a group by population after its last scored bucket: job (scored as peers), "
             "busy (job nodes busy now), idle (spares and idle nodes: reported, never paged)",
-            ["group", "population"],
-            registry=r,
+            ["population"],
         )
         self.score_seconds = Histogram(
             "peerwatch_worker_score_seconds",
@@ -213,21 +217,40 @@ class WorkerMetrics:
             ["sink", "outcome"],
             registry=r,
         )
-        self.group_phase = Gauge(
+        self.group_phase = GroupGauge(
             "peerwatch_group_phase",
             "1 for the group's training phase in its last scored bucket (save, load, "
             "training, idle), 0 for the others",
-            ["group", "phase"],
-            registry=r,
+            ["phase"],
         )
         self._slo_gauges()
         self._slo_counters()
         self.nodes = NodeSeries(r)
         self.advisors = AdvisorSeries(r)
         self.checkpoint = CheckpointSeries(r)
+        self.gauges = [
+            self.group_nodes,
+            self.group_phase,
+            self.job_throughput_baseline,
+            self.job_throughput_p50,
+            self.job_throughput_p5,
+            self.job_slow,
+            *self.nodes.gauges,
+            *self.advisors.gauges,
+            *self.checkpoint.gauges,
+        ]
+        self.registry.register(self.live)
+        for gauge in self.gauges:
+            self.registry.register(gauge)
         # at zero from the start, so rates and dashboards have a series before the first one
         for stage in ("decode", "score"):
             self.frames_failed.labels(stage=stage)
+
+    def page(
+        self, accept: str | None, accept_encoding: str | None = None
+    ) -> tuple[bytes, list[tuple[str, str]]]:
+        """The ``/metrics`` body and headers for a scrape's Accept and Accept-Encoding."""
+        return exposition(self.live, self.gauges, accept, accept_encoding)
 
     def observe_lag(self, lag: Mapping[int, int]) -> None:
         """The lag of the partitions assigned now; a partition that moved away loses its series."""
@@ -243,10 +266,6 @@ class WorkerMetrics:
             self.frames_late,
             self.buckets,
             self.bucket_nodes,
-            self.job_throughput_baseline,
-            self.job_throughput_p50,
-            self.job_throughput_p5,
-            self.job_slow,
             self.job_below_slo_seconds,
             self.job_allocated_gpu_seconds,
             self.job_in_band_gpu_seconds,
@@ -255,10 +274,8 @@ class WorkerMetrics:
             self.job_slow_incidents,
         ):
             metric.remove(group)
-        for population in ("job", "busy", "idle"):
-            self.group_nodes.remove(group, population)
-        for name in PHASES:
-            self.group_phase.remove(group, name)
+        for gauge in self.gauges:
+            gauge.forget(group)
         for key in [k for k in self._exported if k[1] == group]:
             del self._exported[key]
         self.nodes.forget(group)
@@ -267,39 +284,28 @@ class WorkerMetrics:
 
     def observe_phase(self, group: str, phase: str) -> None:
         """One series per phase, so a dashboard can stack them and alerts can join on it."""
-        for name in PHASES:
-            self.group_phase.labels(group=group, phase=name).set(1.0 if name == phase else 0.0)
+        self.group_phase.replace(group, {(name,): float(name == phase) for name in PHASES})
 
     def _slo_gauges(self) -> None:
-        r = self.registry
         unit = "in the trainer's unit: tokens/s, or iterations/s"
-        self.job_throughput_baseline = Gauge(
+        self.job_throughput_baseline = GroupGauge(
             "peerwatch_job_throughput_baseline",
             f"the job's expected throughput (median of its healthy buckets), {unit}",
-            ["group"],
-            registry=r,
         )
-        self.job_throughput_p50 = Gauge(
-            "peerwatch_job_throughput_p50",
-            f"median of the job's observed throughput, {unit}",
-            ["group"],
-            registry=r,
+        self.job_throughput_p50 = GroupGauge(
+            "peerwatch_job_throughput_p50", f"median of the job's observed throughput, {unit}"
         )
-        self.job_throughput_p5 = Gauge(
+        self.job_throughput_p5 = GroupGauge(
             "peerwatch_job_throughput_p5",
             f"5th percentile of the job's observed throughput, {unit}",
-            ["group"],
-            registry=r,
         )
-        self.job_slow = Gauge(
+        self.job_slow = GroupGauge(
             "peerwatch_job_slow",
             "1 while a confirmed slowdown (>= 10 %, sustained) of the job is open",
-            ["group"],
-            registry=r,
         )
 
     def _slo_counters(self) -> None:
-        r = self.registry
+        r = self.live
         self.job_below_slo_seconds = Counter(
             "peerwatch_job_below_slo_seconds",
             "seconds the job ran below the SLO band (a fraction of its baseline)",
@@ -335,12 +341,10 @@ class WorkerMetrics:
         )
 
     def observe_composition(self, group: str, composition: Composition) -> None:
-        for population, n in (
-            ("job", composition.job),
-            ("busy", composition.busy),
-            ("idle", composition.idle),
-        ):
-            self.group_nodes.labels(group=group, population=population).set(n)
+        self.group_nodes.replace(
+            group,
+            {("job",): composition.job, ("busy",): composition.busy, ("idle",): composition.idle},
+        )
 
     def observe_slo(self, group: str, summary: SloSummary, *, slow: bool | None = None) -> None:
         """Export one job's SLO figures (``Pipeline.slo_summary``); ``slow``: the last verdict.
@@ -355,9 +359,9 @@ class WorkerMetrics:
             (self.job_throughput_p5, summary.p5),
         ):
             if value is not None:
-                gauge.labels(group=group).set(value)
+                gauge.set(group, (), value)
         if slow is not None:
-            self.job_slow.labels(group=group).set(1.0 if slow else 0.0)
+            self.job_slow.set(group, (), 1.0 if slow else 0.0)
         for name, counter, total in (
             ("seconds_below", self.job_below_slo_seconds, summary.seconds_below),
             # the summary counts GPU-hours; Prometheus names carry base units (seconds)
@@ -382,34 +386,40 @@ REMAP_KINDS = ("correctable", "uncorrectable", "pending", "failure")
 
 
 class GroupSeries:
-    """Series labelled by group first, replaced as a set per group and dropped with it."""
+    """Series labelled by group first, replaced as a set per group and dropped with it.
+
+    Its gauges are ``GroupGauge``s (their text is kept between scrapes: they are most of
+    the page); its counters, few, are prometheus_client's.
+    """
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self._registry = registry
-        # group -> metric -> label values (after the group) -> the series exported for it now
-        self._held: dict[str, dict[Gauge | Counter, dict[tuple[str, ...], Any]]] = {}
+        self.gauges: list[GroupGauge] = []
+        # group -> counter -> label values (after the group) -> the series exported for it now
+        self._held: dict[str, dict[Counter, dict[tuple[str, ...], Any]]] = {}
 
-    def _gauge(self, name: str, text: str, labels: tuple[str, ...] = ()) -> Gauge:
-        """A gauge labelled by group first, then ``labels`` (what ``_replace`` removes by)."""
-        return Gauge(name, text, ["group", *labels], registry=self._registry)
+    def _gauge(self, name: str, text: str, labels: tuple[str, ...] = ()) -> GroupGauge:
+        """A gauge labelled by group first, then ``labels``."""
+        gauge = GroupGauge(name, text, labels)
+        self.gauges.append(gauge)
+        return gauge
 
     def _counter(self, name: str, text: str, labels: tuple[str, ...] = ()) -> Counter:
         return Counter(name, text, ["group", *labels], registry=self._registry)
 
     def forget(self, group: str) -> None:
+        for gauge in self.gauges:
+            gauge.forget(group)
         for metric, held in self._held.pop(group, {}).items():
             for labels in held:
                 metric.remove(group, *labels)
 
-    def _replace(self, gauge: Gauge, group: str, values: Mapping[tuple[str, ...], float]) -> None:
-        held = self._held.setdefault(group, {}).setdefault(gauge, {})
-        for labels in held.keys() - values.keys():
-            gauge.remove(group, *labels)
-            del held[labels]
-        for labels, value in values.items():
-            self._child(gauge, group, labels).set(value)
+    def _replace(
+        self, gauge: GroupGauge, group: str, values: Mapping[tuple[str, ...], float]
+    ) -> None:
+        gauge.replace(group, values)
 
-    def _child(self, metric: Gauge | Counter, group: str, labels: tuple[str, ...]) -> Any:
+    def _child(self, metric: Counter, group: str, labels: tuple[str, ...]) -> Any:
         """The labelled series, kept: ``labels()`` validates and locks on every call, and
         this runs for every node of every bucket."""
         held = self._held.setdefault(group, {}).setdefault(metric, {})

@@ -22,8 +22,6 @@ from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import make_wsgi_app
-
 from streams.metrics import WorkerMetrics
 
 log = logging.getLogger("peerwatch.worker")
@@ -115,12 +113,14 @@ class _QuietHandler(WSGIRequestHandler):
 
 
 def worker_wsgi_app(health: WorkerHealth) -> Callable[..., Iterable[bytes]]:
-    metrics_app = make_wsgi_app(health.metrics.registry)
-
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
         if path == "/metrics":
-            return metrics_app(environ, start_response)  # type: ignore[no-any-return]
+            body, headers = health.metrics.page(
+                environ.get("HTTP_ACCEPT"), environ.get("HTTP_ACCEPT_ENCODING")
+            )
+            start_response("200 OK", headers)
+            return [body]
         if path in ("/-/healthy", "/-/ready"):
             reason = health.not_live() if path == "/-/healthy" else health.not_ready()
             status = "503 Service Unavailable" if reason else "200 OK"

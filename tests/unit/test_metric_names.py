@@ -83,7 +83,7 @@ def test_forget_group_removes_every_per_group_series() -> None:
         for m in vars(metrics).values()
         if isinstance(m, MetricWrapperBase) and "group" in m._labelnames
     ]
-    assert len(labelled) >= 10
+    assert len(labelled) >= 5 and len(metrics.gauges) >= 10  # and the kept-text gauges
     known = {"population": "job", "phase": "save"}  # label values from a closed set
     for group in ("job-a", "job-b"):
         metrics.observe_phase(group, "save")
@@ -92,6 +92,8 @@ def test_forget_group_removes_every_per_group_series() -> None:
             metric.labels(
                 **{n: group if n == "group" else known.get(n, "x") for n in metric._labelnames}
             )
+        for gauge in metrics.gauges:
+            gauge.set(group, tuple(known.get(n, "x") for n in gauge.labelnames[1:]), 1.0)
     metrics.forget_group("job-a")
     text = generate_latest(metrics.registry).decode()
     assert 'group="job-a"' not in text

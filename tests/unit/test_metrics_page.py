@@ -1,0 +1,137 @@
+"""The worker's /metrics page (``WorkerMetrics.page``, its per-group text kept between
+scrapes) holds what prometheus_client renders of the whole registry: the same families,
+samples and lines, in both formats, after every bucket of a pipeline run."""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from prometheus_client import Metric, generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as parse_openmetrics,
+)
+from prometheus_client.parser import text_string_to_metric_families
+
+from streams.lab.simulator.config import ClusterConfig
+from streams.lab.simulator.remap import UncorrectableRemap
+from streams.lab.simulator.run import generate
+from streams.metrics import WorkerMetrics
+from streams.offline import Scored, score_rounds
+from streams.settings import Settings
+
+MINUTE = 60_000
+# what Prometheus 2.x sends (scrape_protocols' default)
+PROMETHEUS_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0;q=0.5,"
+    "application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
+)
+MOVING = ("process_", "python_gc_")  # change between two renderings of the same registry
+
+
+def publish(m: WorkerMetrics, item: Scored) -> None:
+    """What the worker's ``publish`` exports of one scored bucket (``streams.app``)."""
+    group = item.bucket.group
+    m.buckets.labels(group=group).inc()
+    m.bucket_nodes.labels(group=group).set(len(item.bucket.frames))
+    if item.result.composition is not None:
+        m.observe_composition(group, item.result.composition)
+    if item.result.phase is not None:
+        m.observe_phase(group, item.result.phase.name)
+    if not item.result.stale:
+        m.nodes.observe(group, item.result.verdicts, item.bucket.frames, item.active)
+    m.nodes.count_xids(group, item.changes)
+    m.advisors.observe_ledger(group, 0.5, {"gpu066": {94: 1}}, {"gpu066": 1})
+
+
+def lines(text: str) -> list[str]:
+    return sorted(ln for ln in text.splitlines() if not ln.startswith(MOVING))
+
+
+def families(text: str, parse: Callable[[str], Iterable[Metric]]) -> dict[str, Any]:
+    """name -> type, help and samples, as prometheus_client's own parser reads the page."""
+    return {
+        f.name: (f.type, f.documentation, sorted((s.name, sorted(s.labels.items()), s.value)
+                                                 for s in f.samples))
+        for f in parse(text)
+        if not f.name.startswith(MOVING)
+    }  # fmt: skip
+
+
+def assert_page_is_the_registry(m: WorkerMetrics) -> None:
+    text = m.page(None)[0].decode()
+    whole = generate_latest(m.registry).decode()
+    assert lines(text) == lines(whole)
+    parse = text_string_to_metric_families
+    assert families(text, parse) == families(whole, parse)
+    om, headers = m.page(PROMETHEUS_ACCEPT)
+    assert headers[0][1].startswith("application/openmetrics-text; version=1.0.0")
+    whole_om = openmetrics_latest(m.registry).decode()
+    assert lines(om.decode()) == lines(whole_om)
+    # the OpenMetrics parser refuses a family split in two or anything after "# EOF"
+    assert families(om.decode(), parse_openmetrics) == families(whole_om, parse_openmetrics)
+
+
+def run(m: WorkerMetrics, *, scrape: bool) -> None:
+    start = 1_760_000_000_000 // MINUTE * MINUTE
+    config = ClusterConfig(
+        seed=3,
+        job_name="job-a",
+        job_nodes=8,
+        spares=1,
+        start_ms=start,
+        metric_families=frozenset({"row_remap"}),
+        faults=(UncorrectableRemap(node="gpu066", gpu=2, onset_ms=start + 15 * MINUTE + 7_000),),
+    )
+    settings = Settings(group_labels=["train_job"])
+    for _, scored in score_rounds(generate(config, end_ms=start + 20 * MINUTE), settings):
+        for item in scored:
+            if not item.ended:
+                publish(m, item)
+        if scrape:
+            assert_page_is_the_registry(m)
+
+
+def test_the_page_is_the_registrys_exposition_after_every_bucket() -> None:
+    m = WorkerMetrics()
+    run(m, scrape=True)
+    text = m.page(None)[0].decode()
+    assert 'peerwatch_node_remapped_rows{group="job-a",kind="uncorrectable",node="gpu066"} 1.0' in (
+        text
+    )
+    assert text.count("peerwatch_node_score{") == 8
+
+
+def test_a_page_after_many_buckets_equals_one_after_each() -> None:
+    """Kept text is renewed for every group changed since the last scrape, however many."""
+    each, once = WorkerMetrics(), WorkerMetrics()
+    run(each, scrape=True)
+    run(once, scrape=False)
+    each_lines, once_lines = (lines(m.page(None)[0].decode()) for m in (each, once))
+
+    def created(line: str) -> bool:  # a counter series' creation time: the two runs' differ
+        return line.split("{")[0].split(" ")[0].endswith("_created")
+
+    assert [ln for ln in each_lines if not created(ln)] == [
+        ln for ln in once_lines if not created(ln)
+    ]
+
+
+def test_an_ended_groups_series_leave_the_page() -> None:
+    m = WorkerMetrics()
+    run(m, scrape=True)
+    m.nodes.observe("job-b", {}, {"n1": {"remap_pending@0": 1.0}}, [])
+    m.forget_group("job-a")
+    text = m.page(None)[0].decode()
+    assert 'group="job-a"' not in text and 'group="job-b"' in text
+    assert_page_is_the_registry(m)
+
+
+def test_a_page_is_gzipped_when_asked() -> None:
+    m = WorkerMetrics()
+    run(m, scrape=False)
+    body, headers = m.page(None, "gzip")
+    assert ("Content-Encoding", "gzip") in headers
+    assert lines(gzip.decompress(body).decode()) == lines(m.page(None)[0].decode())
