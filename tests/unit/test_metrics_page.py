@@ -15,14 +15,10 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from streams.lab.simulator.config import ClusterConfig
-from streams.lab.simulator.remap import UncorrectableRemap
-from streams.lab.simulator.run import generate
 from streams.metrics import WorkerMetrics
-from streams.offline import Scored, score_rounds
-from streams.settings import Settings
+from streams.pipeline import Scored
+from tests.unit.test_node_metrics import remap_rounds
 
-MINUTE = 60_000
 # what Prometheus 2.x sends (scrape_protocols' default)
 PROMETHEUS_ACCEPT = (
     "application/openmetrics-text;version=1.0.0;q=0.5,"
@@ -75,18 +71,7 @@ def assert_page_is_the_registry(m: WorkerMetrics) -> None:
 
 
 def run(m: WorkerMetrics, *, scrape: bool) -> None:
-    start = 1_760_000_000_000 // MINUTE * MINUTE
-    config = ClusterConfig(
-        seed=3,
-        job_name="job-a",
-        job_nodes=8,
-        spares=1,
-        start_ms=start,
-        metric_families=frozenset({"row_remap"}),
-        faults=(UncorrectableRemap(node="gpu066", gpu=2, onset_ms=start + 15 * MINUTE + 7_000),),
-    )
-    settings = Settings(group_labels=["train_job"])
-    for _, scored in score_rounds(generate(config, end_ms=start + 20 * MINUTE), settings):
+    for scored in remap_rounds():
         for item in scored:
             if not item.ended:
                 publish(m, item)

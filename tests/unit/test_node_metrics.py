@@ -6,6 +6,8 @@ firing alerts are exported; a group's series go when it ends or moves.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from prometheus_client import generate_latest
 
 from detectors.alerts import AlertChange
@@ -16,6 +18,7 @@ from streams.lab.simulator.remap import UncorrectableRemap
 from streams.lab.simulator.run import generate
 from streams.metrics import WorkerMetrics, remapped_rows
 from streams.offline import score_rounds
+from streams.pipeline import Scored
 from streams.settings import Settings
 
 MINUTE = 60_000
@@ -112,11 +115,10 @@ def test_skipped_frame_counters_exist_at_zero_before_the_first_skip() -> None:
         assert f'peerwatch_worker_frames_failed_total{{stage="{stage}"}} 0.0' in text
 
 
-def test_a_simulated_uncorrectable_remap_shows_in_the_node_series() -> None:
-    """The pipeline's own output, wired as the worker wires it: every job node scored,
-    the victim's remap and its XID 94 counted, its XID alert firing."""
+def remap_rounds(victim: str = "gpu066") -> Iterator[list[Scored]]:
+    """Each round's scored buckets of a simulated job of 8 nodes and a spare whose
+    ``victim`` gets an uncorrectable row remap (and its XID 94) after 15 minutes."""
     start = 1_760_000_000_000 // MINUTE * MINUTE
-    victim = "gpu066"
     config = ClusterConfig(
         seed=3,
         job_name="job-a",
@@ -126,9 +128,17 @@ def test_a_simulated_uncorrectable_remap_shows_in_the_node_series() -> None:
         metric_families=frozenset({"row_remap"}),
         faults=(UncorrectableRemap(node=victim, gpu=2, onset_ms=start + 15 * MINUTE + 7_000),),
     )
-    m = WorkerMetrics()
     settings = Settings(group_labels=["train_job"])
     for _, scored in score_rounds(generate(config, end_ms=start + 20 * MINUTE), settings):
+        yield scored
+
+
+def test_a_simulated_uncorrectable_remap_shows_in_the_node_series() -> None:
+    """The pipeline's own output, wired as the worker wires it: every job node scored,
+    the victim's remap and its XID 94 counted, its XID alert firing."""
+    victim = "gpu066"
+    m = WorkerMetrics()
+    for scored in remap_rounds(victim):
         for item in scored:
             if not item.ended and not item.result.stale:
                 group = item.bucket.group
