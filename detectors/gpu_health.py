@@ -30,7 +30,7 @@ from typing import Any
 
 from detectors.checks import Checked, part
 from detectors.families import REMAP_ALERT, XID_ALERT
-from detectors.features import DEFAULT_BUCKET_MS, split_per_gpu_key
+from detectors.features import DEFAULT_BUCKET_MS, per_gpu_key, split_per_gpu_key
 from detectors.lifecycle import Firing, expire, observe
 from detectors.remap import RemapParams, RemapTracker, RemapVerdict
 from detectors.vocabulary import AlertChange, Signal
@@ -97,26 +97,36 @@ class GpuHealthState:
         )
 
 
-def per_gpu_values(values: Mapping[str, float]) -> dict[str, dict[str, float]]:
-    """``{gpu: {feature: value}}`` from a frame's per-GPU keys."""
-    return {
-        gpu: {feature: values[key] for key, feature in pairs}
-        for gpu, pairs in _per_gpu_layout(tuple(values))
-    }
+@dataclass(frozen=True)
+class _GpuKeys:
+    """One GPU's frame keys of the inputs judged here (a remap key may be absent: ``get``)."""
+
+    gpu: str
+    xid: str | None  # its ``xid_last`` key, if the frame has one
+    remap: tuple[str, str, str, str] | None  # its _REMAP_FIELDS keys; None: no remap value
 
 
 @lru_cache(maxsize=256)
-def _per_gpu_layout(keys: tuple[str, ...]) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
-    """Per GPU (in order of first appearance) its ``(key, feature)`` pairs, in key order.
+def _health_layout(keys: tuple[str, ...]) -> tuple[_GpuKeys, ...]:
+    """The GPUs (in GPU order) with an XID or row-remap key among a frame's ``keys``.
 
-    Every node's frame has the same keys bucket after bucket: this splits them once
-    per key set, not once per node and bucket (the per-GPU health step's main cost)."""
-    by_gpu: dict[str, list[tuple[str, str]]] = {}
+    Every node's frame has the same keys bucket after bucket: they are split once per
+    key set, not once per node and bucket (the per-GPU health step's main cost)."""
+    by_gpu: dict[str, set[str]] = {}
     for key in keys:
         split = split_per_gpu_key(key)
         if split is not None:
-            by_gpu.setdefault(split[1], []).append((key, split[0]))
-    return tuple((gpu, tuple(pairs)) for gpu, pairs in by_gpu.items())
+            by_gpu.setdefault(split[1], set()).add(split[0])
+    out = []
+    for gpu, features in sorted(by_gpu.items()):
+        xid = per_gpu_key("xid_last", gpu) if "xid_last" in features else None
+        remap = None
+        if not _REMAP_KEYS.isdisjoint(features):
+            c, u, f, p = (per_gpu_key(feature, gpu) for feature in _REMAP_FIELDS)
+            remap = (c, u, f, p)
+        if xid is not None or remap is not None:
+            out.append(_GpuKeys(gpu, xid, remap))
+    return tuple(out)
 
 
 def step_gpu_health(
@@ -138,38 +148,42 @@ def step_gpu_health(
     seen: set[str] = set()
     events: list[XidEvent] = list(log_events)
     for node in sorted(frames):
-        for gpu, vals in sorted(per_gpu_values(frames[node]).items()):
-            xid = vals.get("xid_last")
+        values = frames[node]
+        for keys in _health_layout(tuple(values)):
+            xid = None if keys.xid is None else values[keys.xid]
             if xid is not None:
-                event = state.gauge.observe(node, gpu, bucket_ts, xid)
+                event = state.gauge.observe(node, keys.gpu, bucket_ts, xid)
                 if event is not None:
                     events.append(event)
-            if not _REMAP_KEYS.isdisjoint(vals):
+            if keys.remap is not None:
+                gpu = keys.gpu
                 key = f"{node}/{gpu}"
                 tracker = state.remap.get(key)
                 if tracker is None:
                     tracker = state.remap[key] = RemapTracker(params.remap)
+                c, u, f, p = keys.remap
                 verdict = tracker.observe(
-                    bucket_ts,
-                    vals.get("remap_correctable"),
-                    vals.get("remap_uncorrectable"),
-                    vals.get("remap_failure"),
-                    vals.get("remap_pending"),
+                    bucket_ts, values.get(c), values.get(u), values.get(f), values.get(p)
                 )
                 if verdict is not None:
                     change = _remap_change(verdict, group, node, gpu, bucket_ts)
                     changes.extend(_fire(state, change, bucket_ts))
                     seen.add(_key(change))
-    precursors = _earliest_symptom_per_node(symptoms)
-    for event in sorted(events, key=lambda e: (e.ts_ms or bucket_ts, e.node or "", e.gpu or "")):
-        decision = state.escalator.decide(event)
-        if decision.action == "IGNORE" or not decision.changed:
-            continue
-        change = _xid_change(decision, group, bucket_ts, precursors.get(decision.node))
-        changes.extend(_fire(state, change, bucket_ts))
-        seen.add(_key(change))
-    changes.extend(_expire(state, bucket_ts, seen, params))
-    return _without_stillborn(changes)
+    # (most nodes, most buckets: no XID, nothing firing; the rest is skipped, not run empty)
+    if events:
+        precursors = _earliest_symptom_per_node(symptoms)
+        for event in sorted(
+            events, key=lambda e: (e.ts_ms or bucket_ts, e.node or "", e.gpu or "")
+        ):
+            decision = state.escalator.decide(event)
+            if decision.action == "IGNORE" or not decision.changed:
+                continue
+            change = _xid_change(decision, group, bucket_ts, precursors.get(decision.node))
+            changes.extend(_fire(state, change, bucket_ts))
+            seen.add(_key(change))
+    if state.firing:
+        changes.extend(_expire(state, bucket_ts, seen, params))
+    return _without_stillborn(changes) if changes else changes
 
 
 def _without_stillborn(changes: list[AlertChange]) -> list[AlertChange]:

@@ -551,7 +551,10 @@ class RemapTracker:
         Any field may be None or NaN (skipped). A sample not newer than the
         last one changes nothing.
         """
-        if not _finite(ts_ms) or (self._last_ts is not None and ts_ms <= self._last_ts):
+        # (an int is always finite: the type test first spares the usual case _finite's
+        # isinstance over four types)
+        finite = type(ts_ms) is int or _finite(ts_ms)
+        if not finite or (self._last_ts is not None and ts_ms <= self._last_ts):
             return self.verdict
         ts = int(ts_ms)
         sample = (correctable, uncorrectable, failure_flag, pending)

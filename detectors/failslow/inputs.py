@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Literal
 
 from detectors.checks import Checked, integer
@@ -151,19 +152,16 @@ def _read_frame(
     values: Mapping[str, float], gpus: Mapping[str, str] | None
 ) -> tuple[NodeMetrics, int]:
     """The node's metrics and how many GPUs its frame names (0: it does not say)."""
-    per_gpu = _per_gpu_values(values)
+    layout = _layout(tuple(values))
     kwargs: dict[str, object] = {
         attr: _finite_or_nan(values.get(feature)) for feature, attr in _NODE_FIELDS.items()
     }
-    if per_gpu:
-        names = sorted({g for by_gpu in per_gpu.values() for g in by_gpu}, key=_gpu_order)
-        for attr, by_gpu in per_gpu.items():
-            if attr == "clock_event_reasons":
-                kwargs[attr] = tuple(_bits(by_gpu.get(g)) for g in names)
-            else:
-                kwargs[attr] = tuple(_finite_or_nan(by_gpu.get(g)) for g in names)
-        kwargs["gpus"] = tuple(names)
-        return NodeMetrics(**kwargs), len(names)  # type: ignore[arg-type]
+    if layout.gpus:
+        for attr, keys in layout.fields:  # a GPU without the key reads None: NaN, or 0 bits
+            read = _bits if attr == "clock_event_reasons" else _finite_or_nan
+            kwargs[attr] = tuple(map(read, map(values.get, keys)))  # type: ignore[arg-type]
+        kwargs["gpus"] = layout.gpus
+        return NodeMetrics(**kwargs), len(layout.gpus)  # type: ignore[arg-type]
     reduced = {
         attr: _finite_or_nan(values.get(feature)) for feature, attr in _REDUCED_FIELDS.items()
     }
@@ -172,30 +170,49 @@ def _read_frame(
         worst = gpus or {}
         name = worst.get("gpu_sm_clock_mhz") or worst.get("gpu_sm_active")
         kwargs["gpus"] = (name,) if name is not None else ()
-    named = {key.partition("@")[2] for key in values if "@" in key}  # any per-GPU feature
-    return NodeMetrics(**kwargs), len(named)  # type: ignore[arg-type]
+    return NodeMetrics(**kwargs), layout.named  # type: ignore[arg-type]
 
 
-def _per_gpu_values(values: Mapping[str, float]) -> dict[str, dict[str, float]]:
-    """NodeMetrics field → {gpu: value} from the frame's per-GPU keys of the localiser's features.
+@dataclass(frozen=True)
+class _Layout:
+    """Where a frame's per-GPU figures of the localiser's features are, by its keys alone."""
 
-    This runs per node per bucket over frames of ~100 keys, so the usual GPU
-    ids (0 … ``_PROBED_GPUS`` - 1) are looked up by their precomputed keys; the
-    keys are scanned only when that finds nothing or a field fills every probe
-    (other id schemes, larger nodes).
+    gpus: tuple[str, ...]  # the GPUs they name, in GPU order (empty: none)
+    fields: tuple[tuple[str, tuple[str | None, ...]], ...]  # NodeMetrics field, key per GPU
+    named: int  # GPUs named by any per-GPU key
+
+
+@lru_cache(maxsize=256)
+def _layout(keys: tuple[str, ...]) -> _Layout:
+    """The layout of a frame with ``keys``. Every node's frame has the same keys bucket
+    after bucket: this reads them once per key set, not per node and bucket."""
+    by_field = _per_gpu_keys(keys)
+    gpus = tuple(sorted({g for by_gpu in by_field.values() for g in by_gpu}, key=_gpu_order))
+    fields = tuple((attr, tuple(by_gpu.get(g) for g in gpus)) for attr, by_gpu in by_field.items())
+    named = len({key.partition("@")[2] for key in keys if "@" in key})  # any per-GPU feature
+    return _Layout(gpus, fields, named)
+
+
+def _per_gpu_keys(keys: tuple[str, ...]) -> dict[str, dict[str, str]]:
+    """NodeMetrics field → {gpu: key} among the keys of the localiser's per-GPU features.
+
+    The usual GPU ids (0 … ``_PROBED_GPUS`` - 1) are looked up by their precomputed keys;
+    the keys are scanned only when that finds nothing or a field fills every probe (other
+    id schemes, larger nodes).
     """
-    found: dict[str, dict[str, float]] = {}
+    present = set(keys)
+    found: dict[str, dict[str, str]] = {}
     for attr, probes in _PROBES:
-        by_gpu = {gpu: v for gpu, key in probes if (v := values.get(key)) is not None}
+        by_gpu = {gpu: key for gpu, key in probes if key in present}
         if by_gpu:
             found[attr] = by_gpu
     if found and all(len(by_gpu) < _PROBED_GPUS for by_gpu in found.values()):
         return found
-    scanned: dict[str, dict[str, float]] = {}
-    for key, value in values.items():
+    scanned: dict[str, dict[str, str]] = {}
+    for key in keys:
         if key.startswith(_GPU_PREFIXES):
             feature, _, gpu = key.partition("@")  # the key format of features.per_gpu_key
-            scanned.setdefault(_GPU_FIELDS[feature], {})[gpu] = value
+            scanned.setdefault(_GPU_FIELDS[feature], {})[gpu] = key
     return scanned
 
 

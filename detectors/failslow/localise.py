@@ -48,6 +48,7 @@ import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import chain
 from typing import Any, Literal
 
 import numpy as np
@@ -306,8 +307,9 @@ def group_medians(metrics: Mapping[str, NodeMetrics]) -> dict[str, float]:
     """
     out: dict[str, float] = {}
     for feature in GPU_FEATURES:
-        parts = [np.asarray(getattr(m, feature), dtype=np.float64) for m in metrics.values()]
-        values = np.concatenate(parts) if parts else np.zeros(0)
+        # one array from every node's tuple, not one per node (this runs each steady bucket)
+        per_node = (getattr(m, feature) for m in metrics.values())
+        values = np.fromiter(chain.from_iterable(per_node), dtype=np.float64)
         median = overflow_safe_median(values[np.isfinite(values)])
         if math.isfinite(median):
             out[feature] = median
