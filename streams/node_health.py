@@ -141,7 +141,8 @@ class NodeHealth:
                 )
             if due:  # (a bucket closed without the node's values may still get them)
                 entry.stepped_ts = max(entry.stepped_ts, due[-1])
-            active += active_gpu_alerts(entry.state)
+            if entry.state.firing:
+                active += active_gpu_alerts(entry.state)
             if not (entry.pending or entry.state.firing) and entry.seen_ts < horizon:
                 self._forget(node)  # gone for longer than any XID rule looks back
         return changes, active
