@@ -25,7 +25,9 @@ Printed, each beside its yardstick in the same run:
 
 - fleet seconds per 30-s bucket at ``--nodes`` against the design target
   (<= 5 s) and against the one-group (60-node job) run scaled to the fleet's
-  group count (the same work if cost is linear in groups);
+  group count (the same work if cost is linear in groups), and the part of it
+  spent in ``Pipeline.due`` (closing the buckets and running the detector
+  families; the snapshots and their encoding not in it);
 - p50 / p99 per-group bucket-close-to-changes latency (the ``due`` call that
   closes a group's bucket, with its snapshot);
 - the share per stage (exclusive time, from one more run with timers on each
@@ -142,6 +144,7 @@ class Fleet:
 @dataclass
 class RunFigures:
     bucket_s: list[float]  # CPU seconds per timed bucket, the whole fleet
+    due_s: list[float]  # of which in ``Pipeline.due`` (the scoring, without the snapshots)
     close_s: list[float]  # CPU seconds of each closing ``due`` call (+ snapshot), per group
     snapshot_bytes: list[int]  # JSON bytes of every group's snapshot, per timed bucket
     changes: int  # alert transitions seen in the timed buckets
@@ -163,7 +166,7 @@ def run(
     if warmup < 2:
         raise ValueError("warmup must be >= 2 buckets")
     pipeline = Pipeline.from_settings(settings)
-    out = RunFigures([], [], [], 0, pipeline)
+    out = RunFigures([], [], [], [], 0, pipeline)
     collecting: list[float] = []
     gc_spent = [0.0]
 
@@ -198,7 +201,7 @@ def _feed(
             gc_spent[0] = 0.0
             if on_timed is not None:
                 on_timed()
-        spent, size, changes = 0.0, 0, 0
+        spent, scoring, size, changes = 0.0, 0.0, 0, 0
         for group, frames in groups:
             now_s = frames[0].ts / 1000.0 + BUCKET_S + 1.0
             started = clock()
@@ -208,6 +211,7 @@ def _feed(
                 )
                 before = clock()
                 scored = pipeline.due(group, now_s)
+                scoring += clock() - before
                 if scored:
                     encoded = TABLE_CODEC.dumps(pipeline.snapshot(group))
                     size += len(encoded)
@@ -217,6 +221,7 @@ def _feed(
             spent += clock() - started
         if timed:
             out.bucket_s.append(spent)
+            out.due_s.append(scoring)
             out.snapshot_bytes.append(size)
             out.changes += changes
         del groups
@@ -392,6 +397,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"{'fleet seconds per 30-s bucket':<44} {one_s:>12.3f} {one_s * fleet.groups:>10.2f} "
         f"{fleet_s:>10.2f}  <= {TARGET_FLEET_S:.0f} s"
         f" ({'met' if fleet_s <= TARGET_FLEET_S else 'missed'})"
+    )
+    due_one = _median([_median(r.due_s) for r in small])
+    due_fleet = _median([_median(r.due_s) for r in big])
+    print(
+        f"{'  of which Pipeline.due':<44} {due_one:>12.3f} {due_one * fleet.groups:>10.2f} "
+        f"{due_fleet:>10.2f}"
     )
     gc_one = _median([r.gc_s / args.buckets for r in small])
     gc_fleet = _median([r.gc_s / args.buckets for r in big])

@@ -128,6 +128,7 @@ _NODE_BAD_SIGN: Mapping[str, float] = {
     f: (-1.0 if f in ("cpu_idle_cores", "link_tx_bytes") else 1.0) for f in NODE_FEATURES
 }
 _NET = ("link_xmit_wait", "link_retransmits", "link_congestion")
+_PER_GPU_FIELDS = (*GPU_FEATURES, "clock_event_reasons", "gpus")  # NodeMetrics' per-GPU tuples
 
 
 @dataclass(frozen=True)
@@ -158,20 +159,13 @@ class NodeMetrics:
     link_tx_bytes: float = math.nan
 
     def __post_init__(self) -> None:
-        lengths = {
-            len(getattr(self, name))
-            for name in (*GPU_FEATURES, "clock_event_reasons", "gpus")
-            if len(getattr(self, name))
-        }
+        lengths = {len(getattr(self, name)) for name in _PER_GPU_FIELDS} - {0}
         if len(lengths) > 1:
             raise ValueError(f"per-GPU tuples differ in length: {sorted(lengths)}")
 
     @property
     def n_gpus(self) -> int:
-        return max(
-            (len(getattr(self, n)) for n in (*GPU_FEATURES, "clock_event_reasons", "gpus")),
-            default=0,
-        )
+        return max((len(getattr(self, n)) for n in _PER_GPU_FIELDS), default=0)
 
     def gpu_name(self, index: int) -> str:
         return self.gpus[index] if self.gpus else str(index)
