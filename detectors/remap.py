@@ -102,7 +102,7 @@ import numpy.typing as npt
 
 from detectors.arrays import FloatArray
 from detectors.checks import Checked, is_int, real
-from detectors.state_codec import JsonState, decode, from_data, hook
+from detectors.state_codec import JsonState, decode, from_data, hook, row_data
 from detectors.vocabulary import AlertSeverity
 
 __all__ = [
@@ -767,16 +767,20 @@ class RemapTracker:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe state (the params are not included: pass them to :meth:`from_dict`)."""
-        series = self._series
-        return _RemapState(
-            self._params.step_ms,
-            self._last_ts,
-            self._correctable,
-            self._uncorrectable,
-            None if series.open_step is None else (series.open_step, series.open_value),
-            tuple(series.to_list()),
-            tuple(f for k in _PRIORITY if (f := self._findings.get(k)) is not None),
-        ).to_dict()
+        series, findings = self._series, self._findings
+        # Written for every GPU each bucket: encoded from the values, no _RemapState built.
+        return row_data(
+            _RemapState,
+            (
+                self._params.step_ms,
+                self._last_ts,
+                self._correctable,
+                self._uncorrectable,
+                None if series.open_step is None else (series.open_step, series.open_value),
+                series.to_list(),
+                [f for k in _PRIORITY if (f := findings.get(k)) is not None] if findings else (),
+            ),
+        )
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], params: RemapParams | None = None) -> RemapTracker:

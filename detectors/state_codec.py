@@ -18,13 +18,19 @@ key written first (``VERSION``), the keys' order if it is not the fields'
 (``KEY_ORDER``, which also leaves out fields not named and may name a property),
 and hooks to read older shapes (``upgrade``, or ``filled`` for an unversioned
 class) and tidy a restored state (``restored``). Sets and frozensets are written
-as sorted lists.
+as sorted lists. A state written every bucket from values its owner holds anyway is
+encoded from those, without building the dataclass: ``row_data(cls, values)``, and a
+field of such rows declares ``field(metadata=rows(cls))``.
+
+Each class's encoder is compiled once from its fields into one function (a dict display,
+as :mod:`dataclasses` compiles ``__init__``), scalars by their hints written as they are:
+a snapshot of every node's GPU state encodes the same few classes ~10^5 times a bucket.
 
 Hand-rolled rather than pydantic's ``TypeAdapter``: the persisted format must
 stay byte-for-byte what the hand-written ``to_dict``s wrote (pydantic would emit
 its own shapes for tuples-of-tuples, numpy fields need arbitrary-type config,
 and its lax coercions differ from the old ``from_dict``s'), and ``detectors/``
-stays free of a validation framework; this is ~500 lines with its docstrings and no
+stays free of a validation framework; this is ~600 lines with its docstrings and no
 dependency.
 """
 
@@ -283,85 +289,180 @@ def _versioned(cls: type[JsonState], data: Mapping[str, Any]) -> Mapping[str, An
 
 def to_data(value: Any) -> Any:
     """``value`` as JSON-safe data (dataclasses by field, tuples as lists)."""
-    cls = type(value)
+    cls = value.__class__
     if cls in _PLAIN:
         return value
-    plan = _PLANS.get(cls) or _plan(cls)
-    if plan is not _NOT_A_RECORD:
-        return _record(value, plan)
-    if isinstance(value, (tuple, list)):
-        return [to_data(v) for v in value]
-    if isinstance(value, (set, frozenset)):
-        return sorted(to_data(v) for v in value)
-    if isinstance(value, Mapping):
-        return {k: to_data(v) for k, v in value.items()}
-    if (
-        dataclasses.is_dataclass(value)
-        and not isinstance(value, type)
-        and hasattr(value, "to_dict")
-    ):
-        return value.to_dict()  # a type with its own hand-written format
-    return value
+    encode = _ENCODERS.get(cls) or _encoder(cls)
+    return encode(value)
 
 
 _PLAIN = frozenset({str, int, float, bool, type(None)})
 
-
-@dataclasses.dataclass(frozen=True)
-class _Plan:
-    """How one dataclass is written: per field (attribute, key, encode, omit), computed once."""
-
-    fields: tuple[tuple[str, str, Callable[[Any], Any], Callable[[Any], bool] | None], ...]
-    version: tuple[str, int] | None
-    order: tuple[str, ...]
+# One encoder per type, chosen once: a snapshot encodes the same few classes thousands of
+# times, so what the type alone decides (which fields, keys, hooks, order) is not redone per
+# value. A pure cache: the same function whenever it is computed.
+_ENCODERS: dict[type, Callable[[Any], Any]] = {}
 
 
-_NOT_A_RECORD = _Plan((), None, ())
-_PLANS: dict[type, _Plan] = {}
-
-
-def _plan(cls: type) -> _Plan:
-    if not dataclasses.is_dataclass(cls) or (
-        not issubclass(cls, JsonRecord) and hasattr(cls, "to_dict")
-    ):
-        plan = _NOT_A_RECORD
+def _encoder(cls: type) -> Callable[[Any], Any]:
+    encode: Callable[[Any], Any]
+    record = issubclass(cls, JsonRecord) or not hasattr(cls, "to_dict")
+    if dataclasses.is_dataclass(cls) and record:
+        encode = _record_encoder(cls)
+    elif issubclass(cls, (tuple, list)):
+        encode = _items
+    elif issubclass(cls, (set, frozenset)):
+        encode = _sorted_items
+    elif issubclass(cls, Mapping):
+        encode = _mapping
+    elif dataclasses.is_dataclass(cls) and not issubclass(cls, type):
+        encode = _own_format  # a type with its own hand-written format
     else:
-        plan = _Plan(
-            tuple(
-                (
-                    f.name,
-                    f.metadata.get(_KEY, f.name),
-                    h.encode if (h := f.metadata.get(_HOOK)) is not None else to_data,
-                    f.metadata.get(_OMIT),
-                )
-                for f in _fields(cls)
-            ),
-            getattr(cls, "VERSION", None),
-            getattr(cls, "KEY_ORDER", ()),
+        encode = _same
+    _ENCODERS[cls] = encode
+    return encode
+
+
+def _items(value: Any) -> list[Any]:
+    return [v if v.__class__ in _PLAIN else to_data(v) for v in value]
+
+
+def _sorted_items(value: Any) -> list[Any]:
+    return sorted(to_data(v) for v in value)
+
+
+def _mapping(value: Any) -> dict[Any, Any]:
+    return {k: v if v.__class__ in _PLAIN else to_data(v) for k, v in value.items()}
+
+
+def _own_format(value: Any) -> Any:
+    return value.to_dict()
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _record_encoder(cls: type, by_position: bool = False) -> Callable[[Any], dict[str, Any]]:
+    """``cls``'s encoder, compiled from its fields (as :mod:`dataclasses` compiles ``__init__``):
+    one dict display of its keys, each value read by attribute (``by_position``: from a
+    tuple of the fields' values, in their order) and written by its hook, or as is when its
+    hint is a scalar's (a tuple of scalars as a list), else by :func:`to_data` unless the
+    value is plain; a key ``omit`` may leave out is set by a statement of its own. The
+    order is the fields' (the version key first), or ``KEY_ORDER``'s, which leaves out
+    fields it does not name and may name a property (not ``by_position``)."""
+    env: dict[str, Any] = {"_PLAIN": _PLAIN, "to_data": to_data}
+    hints = _encoding_hints(cls)
+    # key -> (read, written inline, written from the local v it was read into, omit)
+    writers: dict[str, tuple[str, str, str, str | None]] = {}
+    version = getattr(cls, "VERSION", None)
+    if version is not None:
+        writers[version[0]] = ("", repr(version[1]), "", None)
+    for i, f in enumerate(_fields(cls)):
+        h, when = f.metadata.get(_HOOK), f.metadata.get(_OMIT)
+        if h is not None:
+            env[f"encode_{i}"] = h.encode
+        if when is not None:
+            env[f"omit_{i}"] = when
+        read = f"value[{i}]" if by_position else f"value.{f.name}"
+        writers[f.metadata.get(_KEY, f.name)] = (
+            read,
+            *_writer(read, None if h is None else f"encode_{i}", hints.get(f.name)),
+            None if when is None else f"omit_{i}",
         )
-    _PLANS[cls] = plan  # a pure cache: the same value whenever it is computed
-    return plan
-
-
-def _record(value: Any, plan: _Plan) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if plan.version is not None:
-        out[plan.version[0]] = plan.version[1]
-    left_out = []
-    for attr, name, encode, when in plan.fields:
-        v = getattr(value, attr)
-        if when is not None and when(v):
-            left_out.append(name)
+    shown: list[str] = []  # the dict display's items, up to the first key that may be left out
+    later: list[str] = []  # the statements after it
+    for k in getattr(cls, "KEY_ORDER", ()) or tuple(writers):
+        if k not in writers and by_position:
+            raise TypeError(f"{cls.__name__}.{k} is no field: it cannot be read from a row")
+        read, inline, of_v, when = writers.get(k) or ("", *_writer(f"value.{k}", None, None), None)
+        if when is None and not later:
+            shown.append(f"{k!r}: {inline}")
+        elif when is None:
+            later.append(f"    out[{k!r}] = {inline}")
         else:
-            out[name] = encode(v)
-    if not plan.order:
-        return out
-    # KEY_ORDER may name a property (written, not read) and leaves out fields it does not name.
-    return {
-        k: out[k] if k in out else to_data(getattr(value, k))
-        for k in plan.order
-        if k not in left_out
-    }
+            later += [f"    v = {read}", f"    if not {when}(v):", f"        out[{k!r}] = {of_v}"]
+    source = "\n".join(
+        ["def encode(value):", f"    out = {{{', '.join(shown)}}}", *later, "    return out"]
+    )
+    what = "row encoder" if by_position else "encoder"
+    exec(compile(source, f"<state_codec {what} of {cls.__qualname__}>", "exec"), env)
+    encoder: Callable[[Any], dict[str, Any]] = env["encode"]
+    return encoder
+
+
+def _writer(read: str, encode: str | None, hint: Any) -> tuple[str, str]:
+    """How one value is written: the expression reading it from ``value`` by ``read``, and
+    the one writing the local ``v`` it was read into."""
+    if encode is not None:
+        return f"{encode}({read})", f"{encode}(v)"
+    if _is_scalar(hint):
+        return read, "v"
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    optional = origin in (Union, types.UnionType) and len(args) == 2 and type(None) in args
+    items = next(a for a in args if a is not type(None)) if optional else hint
+    if typing.get_origin(items) in (tuple, list) and all(
+        _is_scalar(a) for a in typing.get_args(items) if a is not Ellipsis
+    ):
+        if optional:
+            return f"None if (v := {read}) is None else [*v]", "None if v is None else [*v]"
+        return f"[*{read}]", "[*v]"
+    return (
+        f"v if (v := {read}).__class__ in _PLAIN else to_data(v)",
+        "v if v.__class__ in _PLAIN else to_data(v)",
+    )
+
+
+def _is_scalar(hint: Any) -> bool:
+    """A hint whose values :func:`to_data` writes as they are (a str, a number, a literal)."""
+    if hint in _PLAIN:
+        return True
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        return all(type(a) in _PLAIN for a in typing.get_args(hint))
+    return origin in (Union, types.UnionType) and all(map(_is_scalar, typing.get_args(hint)))
+
+
+def _encoding_hints(cls: type) -> dict[str, Any]:
+    """``cls``'s field hints, or none (no fast paths) for an output record whose hints do not
+    resolve at run time (names imported only for the type checker)."""
+    try:
+        return _hints(cls)
+    except NameError:
+        return {}
+
+
+_ROW_ENCODERS: dict[type, Callable[[Any], dict[str, Any]]] = {}
+
+
+def row_data(cls: type, row: tuple[Any, ...]) -> dict[str, Any]:
+    """``to_data(cls(*row))`` without building the ``cls`` (a state written every bucket
+    from the values its owner holds); ``row``: the persisted fields' values, in order."""
+    return _row_encoder(cls)(row)
+
+
+def _row_encoder(cls: type) -> Callable[[Any], dict[str, Any]]:
+    encode = _ROW_ENCODERS.get(cls)
+    if encode is None:  # a pure cache, as _ENCODERS
+        encode = _ROW_ENCODERS[cls] = _record_encoder(cls, by_position=True)
+    return encode
+
+
+def rows(cls: type) -> dict[str, Any]:
+    """``field(metadata=rows(Sample))``: a tuple of rows, each the values of ``cls``'s
+    persisted fields in order, written as the ``cls`` records they stand for (as
+    :func:`row_data`) and read back as those records (their checks run), then as rows."""
+    names = [f.name for f in _fields(cls)]
+
+    def encode(values: Any) -> list[dict[str, Any]]:
+        put = _row_encoder(cls)
+        return [put(row) for row in values]
+
+    def decode_rows(data: Any, where: str) -> tuple[tuple[Any, ...], ...]:
+        records = decode(tuple[cls, ...], data, where)  # type: ignore[valid-type]
+        return tuple(tuple(getattr(r, n) for n in names) for r in records)
+
+    return hook(encode, decode_rows)
 
 
 def from_data(cls: type[T], data: Any, where: str | None = None) -> T:

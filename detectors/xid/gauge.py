@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from detectors.checks import Checked, flag
-from detectors.state_codec import JsonState, check
+from detectors.state_codec import JsonState, check, rows
 from detectors.xid.events import XidEvent
 
 __all__ = ["XidGaugeParams", "XidGaugeTracker"]
@@ -107,7 +107,7 @@ class XidGaugeTracker:
         return len(stale)
 
     def to_dict(self) -> dict[str, Any]:
-        series = tuple(_Sample(n, g, v, ts) for (n, g), (v, ts) in sorted(self._last.items()))
+        series = tuple((n, g, v, ts) for (n, g), (v, ts) in sorted(self._last.items()))
         return _GaugeState(series).to_dict()
 
     @classmethod
@@ -115,8 +115,8 @@ class XidGaugeTracker:
         cls, data: Mapping[str, Any], params: XidGaugeParams | None = None
     ) -> XidGaugeTracker:
         tracker = cls(params)
-        for s in _GaugeState.from_dict(data).series:
-            tracker._last[(s.node, s.gpu)] = (s.value, s.ts_ms)
+        for node, gpu, value, ts_ms in _GaugeState.from_dict(data).series:
+            tracker._last[(node, gpu)] = (value, ts_ms)
         return tracker
 
 
@@ -137,9 +137,11 @@ class _Sample(JsonState):
 
 @dataclass(frozen=True)
 class _GaugeState(JsonState):
-    """What an :class:`XidGaugeTracker` persists: the last reading per GPU, in (node, gpu) order."""
+    """What an :class:`XidGaugeTracker` persists: the last reading per GPU, in (node, gpu) order
+    (held as the tracker's tuples: written every bucket, a :class:`_Sample` per GPU would
+    be built only to be encoded)."""
 
-    series: tuple[_Sample, ...] = ()
+    series: tuple[tuple[str, str, int, int], ...] = field(default=(), metadata=rows(_Sample))
 
     VERSION = ("version", 1)
     LABEL = "XID gauge state"
