@@ -258,8 +258,8 @@ class Stages:
         ("remap/xid trackers", "detectors.xid.gauge", "XidGaugeTracker", "observe"),
         ("remap/xid trackers", "detectors.xid.escalation", "XidEscalator", "decide"),
         ("fail-slow", "detectors.failslow.family", "FailSlow", "step"),
-        ("snapshot + JSON", "streams.pipeline", "Pipeline", "snapshot"),
-        ("snapshot + JSON", "faust.serializers.codecs", "json", "_dumps"),
+        ("snapshot (Pipeline.snapshot)", "streams.pipeline", "Pipeline", "snapshot"),
+        ("snapshot JSON (table codec)", "faust.serializers.codecs", "json", "_dumps"),
     )
 
     def __init__(self, clock: Callable[[], float] = time.process_time) -> None:
