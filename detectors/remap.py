@@ -102,7 +102,7 @@ import numpy.typing as npt
 
 from detectors.arrays import FloatArray
 from detectors.checks import Checked, is_int, real
-from detectors.state_codec import JsonState, decode, from_data, hook, row_data
+from detectors.state_codec import JsonState, decode, from_data, hook, row_encoder
 from detectors.vocabulary import AlertSeverity
 
 __all__ = [
@@ -368,7 +368,7 @@ class _Finding:
 
 def _finding_rows(findings: tuple[_Finding, ...]) -> list[dict[str, Any]]:
     """A finding persists as its verdict's keys after ``until_ms``."""
-    return [{"until_ms": f.until_ms, **f.verdict.to_dict()} for f in findings]
+    return [{"until_ms": f.until_ms, **f.verdict.to_dict()} for f in findings] if findings else []
 
 
 def _read_findings(data: Any, where: str) -> tuple[_Finding, ...]:
@@ -400,6 +400,10 @@ class _RemapState(JsonState):
 
     VERSION = ("schema", STATE_SCHEMA)
     LABEL = "RemapTracker"
+
+
+# Written for every GPU each bucket: from the tracker's values, no _RemapState built.
+_write_state = row_encoder(_RemapState)
 
 
 def _non_negative(value: object) -> float | None:
@@ -768,9 +772,7 @@ class RemapTracker:
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe state (the params are not included: pass them to :meth:`from_dict`)."""
         series, findings = self._series, self._findings
-        # Written for every GPU each bucket: encoded from the values, no _RemapState built.
-        return row_data(
-            _RemapState,
+        return _write_state(
             (
                 self._params.step_ms,
                 self._last_ts,
@@ -778,8 +780,8 @@ class RemapTracker:
                 self._uncorrectable,
                 None if series.open_step is None else (series.open_step, series.open_value),
                 series.to_list(),
-                [f for k in _PRIORITY if (f := findings.get(k)) is not None] if findings else (),
-            ),
+                [findings[k] for k in _PRIORITY if k in findings] if findings else (),
+            )
         )
 
     @classmethod

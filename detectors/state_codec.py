@@ -19,7 +19,7 @@ key written first (``VERSION``), the keys' order if it is not the fields'
 and hooks to read older shapes (``upgrade``, or ``filled`` for an unversioned
 class) and tidy a restored state (``restored``). Sets and frozensets are written
 as sorted lists. A state written every bucket from values its owner holds anyway is
-encoded from those, without building the dataclass: ``row_data(cls, values)``, and a
+encoded from those, without building the dataclass: ``row_encoder(cls)(values)``, and a
 field of such rows declares ``field(metadata=rows(cls))``.
 
 Each class's encoder is compiled once from its fields into one function (a dict display,
@@ -435,13 +435,10 @@ def _encoding_hints(cls: type) -> dict[str, Any]:
 _ROW_ENCODERS: dict[type, Callable[[Any], dict[str, Any]]] = {}
 
 
-def row_data(cls: type, row: tuple[Any, ...]) -> dict[str, Any]:
-    """``to_data(cls(*row))`` without building the ``cls`` (a state written every bucket
-    from the values its owner holds); ``row``: the persisted fields' values, in order."""
-    return _row_encoder(cls)(row)
-
-
-def _row_encoder(cls: type) -> Callable[[Any], dict[str, Any]]:
+def row_encoder(cls: type) -> Callable[[tuple[Any, ...]], dict[str, Any]]:
+    """The function writing a row, the values of ``cls``'s persisted fields in order, as
+    ``to_data(cls(*row))`` would, without building the ``cls`` (a state written every bucket
+    from the values its owner holds)."""
     encode = _ROW_ENCODERS.get(cls)
     if encode is None:  # a pure cache, as _ENCODERS
         encode = _ROW_ENCODERS[cls] = _record_encoder(cls, by_position=True)
@@ -450,12 +447,12 @@ def _row_encoder(cls: type) -> Callable[[Any], dict[str, Any]]:
 
 def rows(cls: type) -> dict[str, Any]:
     """``field(metadata=rows(Sample))``: a tuple of rows, each the values of ``cls``'s
-    persisted fields in order, written as the ``cls`` records they stand for (as
-    :func:`row_data`) and read back as those records (their checks run), then as rows."""
+    persisted fields in order, written as the ``cls`` records they stand for (by its
+    :func:`row_encoder`) and read back as those records (their checks run), then as rows."""
     names = [f.name for f in _fields(cls)]
 
     def encode(values: Any) -> list[dict[str, Any]]:
-        put = _row_encoder(cls)
+        put = row_encoder(cls)
         return [put(row) for row in values]
 
     def decode_rows(data: Any, where: str) -> tuple[tuple[Any, ...], ...]:
