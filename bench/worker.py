@@ -1,6 +1,6 @@
 """Worker cost at fleet scale on one core: the ``Pipeline`` fed N nodes in groups of 60.
 
-    python -m bench.worker [--nodes 12500] [--buckets 5] [--warmup 4] [--repeat 3]
+    python -m bench.worker [--nodes 12500] [--buckets 5] [--warmup 4] [--repeat 3] [--features 300]
 
 Input: a short simulated run of ``--scenario`` (``gpu-slow``: one 60-node job,
 every metric family on, one GPU slowing down partway) through the ingest's
@@ -33,11 +33,20 @@ Printed, each beside its yardstick in the same run:
 - the share per stage (exclusive time, from one more run with timers on each
   stage's entry points, so its total is a little higher);
 - detector state per node (a walk of every object the pipeline holds, shared
-  catalog and parameters left out) at one group and at ``--nodes``, against the
-  target (<= 100 KB per node), and the snapshot (changelog) bytes per bucket;
+  catalog and parameters left out) and the process's resident memory growth per
+  node (RSS after the run, its pipeline alive, minus RSS before it) at one group
+  and at ``--nodes``, against the target (<= 100 KB per node), and the snapshot
+  (changelog) bytes per bucket;
 - the JSON decode of one bucket's frames into the worker's ``Frame`` values
   (from the bytes the ingest produces; Kafka's fetch and Faust's stream are not
   in it), beside the pipeline's own cost.
+
+``--features N`` runs every figure twice: at the template's width and with frames
+of ``N`` values (per-GPU keys counted, as the ingest's ``max_features_per_group``
+counts them). The extra values are peer-scored node features the worker reads from
+an operator feature file (``feature_files``, the way an operator adds features), so
+windows, peer scoring, the baselines and the group's model all hold state for them;
+each node has a usual level of its own per feature and every bucket varies around it.
 
 No figure here is asserted anywhere.
 """
@@ -45,18 +54,24 @@ No figure here is asserted anywhere.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import math
+import os
 import statistics
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 from faust.serializers import codecs
 
+from bench.procmem import rss_mib
 from streams import catalog as feature_catalog
 from streams.frames import Frame, decode_frame, encode_frame
 from streams.lab.simulator.cluster import ClusterSimulator
@@ -66,6 +81,7 @@ from streams.pipeline import Pipeline
 
 TARGET_FLEET_S = 5.0  # seconds of one core per 30-s bucket for the whole fleet
 TARGET_BYTES_PER_NODE = 100_000
+MIB_KB = 2**20 / 1000  # KB (1,000 bytes, as the target) in a MiB (/proc)
 GROUP_SIZE = 60
 TABLE_CODEC = codecs.get_codec("json")  # the group-state table's value codec (orjson if found)
 BUCKET_S = 30.0
@@ -93,6 +109,77 @@ def template(scenario: str, seed: int, buckets: int) -> tuple[Template, Any]:
         sizes[frame.group] += 1
     job = max(sizes, key=lambda g: sizes[g])
     return [[f for f in frames if f.group == job] for frames in rounds], settings
+
+
+# --- wider frames (--features) ------------------------------------------------------------------
+
+EXTRA_PREFIX = "bench_extra_"
+_LEVELS = (1.0, 10.0, 100.0, 1e3, 1e4, 1e5)  # units of real node features vary by 1e5
+_DIRECTIONS = ("both", "up", "down")
+_CLASSES = ("compute", "network", "memory", "interconnect", "host", "cpu")
+_NODE_SPREAD = 0.03  # a node's usual level vs its peers' (a relative s.d.)
+_BUCKET_NOISE = 0.01  # a bucket vs the node's usual level
+
+
+def extra_features_toml(names: Sequence[str]) -> str:
+    """An operator feature file (``features.toml``'s shape) of peer-scored gauges."""
+    tables = []
+    for i, name in enumerate(names):
+        level = _LEVELS[i % len(_LEVELS)]
+        tables.append(
+            f'[[feature]]\nname = "{name}"\nmetrics = ["{name}"]\nkind = "gauge"\n'
+            f'direction = "{_DIRECTIONS[i % len(_DIRECTIONS)]}"\nabs_floor = {level * 1e-3!r}\n'
+            f'klass = "{_CLASSES[i % len(_CLASSES)]}"\n'
+        )
+    return "\n".join(tables)
+
+
+def widen(
+    tmpl: Template, settings: Any, width: int, directory: str | os.PathLike[str], seed: int
+) -> tuple[Template, Any]:
+    """The template's frames with ``width`` values each, and settings that score the extras.
+
+    The extra features are written to a feature file in ``directory`` and named by the
+    settings' ``feature_files``, as an operator adds features. Every node has its own
+    usual level per feature (peers differ by ~3 %) and each bucket varies by ~1 % around
+    it, so the baselines and the group's model learn real spreads, not constants."""
+    have = len(tmpl[-1][0].values)
+    if width < have:
+        raise ValueError(f"--features {width}: the template's frames already hold {have} values")
+    if width == have:
+        return tmpl, settings
+    names = [f"{EXTRA_PREFIX}{i:03d}" for i in range(width - have)]
+    path = Path(directory) / "bench-extra-features.toml"
+    path.write_text(extra_features_toml(names), encoding="utf-8")
+    update: dict[str, Any] = {"feature_files": [*settings.feature_files, path]}
+    if settings.features is not None:
+        update["features"] = [*settings.features, *names]
+    rng = np.random.default_rng(seed)
+    nodes = sorted({f.node for frames in tmpl for f in frames})
+    row = {node: i for i, node in enumerate(nodes)}
+    level = np.array([_LEVELS[i % len(_LEVELS)] for i in range(len(names))])
+    usual = level * (1.0 + _NODE_SPREAD * rng.standard_normal((len(nodes), len(names))))
+    wide: Template = []
+    for frames in tmpl:
+        values = usual * (1.0 + _BUCKET_NOISE * rng.standard_normal(usual.shape))
+        wide.append(
+            [
+                dataclasses.replace(
+                    f,
+                    values={
+                        **f.values,
+                        **dict(zip(names, values[row[f.node]].tolist(), strict=True)),
+                    },
+                )
+                for f in frames
+            ]
+        )
+    return wide, settings.model_copy(update=update)
+
+
+def scored_features(settings: Any) -> frozenset[str]:
+    """The names of the features the worker's peer scoring scores under ``settings``."""
+    return frozenset(f.name for f in feature_catalog.features_for(settings) if f.scored)
 
 
 @dataclass
@@ -150,6 +237,7 @@ class RunFigures:
     changes: int  # alert transitions seen in the timed buckets
     pipeline: Pipeline
     gc_s: float = 0.0  # CPU seconds in the cyclic garbage collector, timed buckets
+    rss_growth_mib: float = 0.0  # resident memory after the run (pipeline alive) minus before
 
 
 def run(
@@ -165,6 +253,8 @@ def run(
     closes on its grace period, during the second."""
     if warmup < 2:
         raise ValueError("warmup must be >= 2 buckets")
+    gc.collect()  # what earlier runs left is not this run's state
+    rss_before = rss_mib(os.getpid())
     pipeline = Pipeline.from_settings(settings)
     out = RunFigures([], [], [], [], 0, pipeline)
     collecting: list[float] = []
@@ -181,6 +271,8 @@ def run(
         _feed(pipeline, fleet, buckets, warmup, clock, on_timed, out, gc_spent)
     finally:
         gc.callbacks.remove(on_gc)
+    gc.collect()
+    out.rss_growth_mib = rss_mib(os.getpid()) - rss_before
     return out
 
 
@@ -359,31 +451,37 @@ def _quantile(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.worker", description=__doc__)
-    parser.add_argument("--nodes", type=int, default=12_500)
-    parser.add_argument("--scenario", default="gpu-slow")
-    parser.add_argument("--seed", type=int, default=2000)
-    parser.add_argument("--warmup", type=int, default=4, help="untimed buckets per run (>= 2)")
-    parser.add_argument("--buckets", type=int, default=5, help="timed buckets per run")
-    parser.add_argument("--repeat", type=int, default=3, help="fresh runs at each size")
-    parser.add_argument("--no-stages", action="store_true", help="skip the stage-share run")
-    args = parser.parse_args(argv)
+@dataclass
+class Width:
+    """One width's figures, for the side-by-side table of ``--features``."""
 
-    tmpl, settings = template(args.scenario, args.seed, args.warmup + args.buckets)
+    values: int  # per frame
+    fleet_s: float  # CPU seconds per bucket at --nodes
+    walk_kb: tuple[float, float]  # object-walk state per node: one group, fleet
+    rss_kb: tuple[float, float]  # RSS growth per node: one group, fleet
+    snapshot_bytes: tuple[float, float]  # per bucket: one group, fleet
+
+
+def measure(tmpl: Template, settings: Any, args: argparse.Namespace) -> Width:
+    """Every figure at one frame width, printed; the memory and CPU ones returned."""
     group_nodes = len(tmpl[-1])
-    fleet = Fleet(tmpl, args.nodes)
-    one = Fleet(tmpl, group_nodes)
+    scored = scored_features(settings)
+    fleet = Fleet(tmpl, args.nodes, scored)
+    one = Fleet(tmpl, group_nodes, scored)
+    width = len(tmpl[-1][0].values)
     print(
         f"worker bench: {args.scenario} seed {args.seed}, {group_nodes} nodes per group, "
-        f"{len(tmpl[-1][0].values)} values per frame; {args.nodes:,} nodes = {fleet.groups} "
-        f"groups; {args.warmup} warm-up + {args.buckets} timed buckets per run, "
+        f"{width} values per frame ({len(scored)} peer-scored features in the catalog); "
+        f"{args.nodes:,} nodes = {fleet.groups} groups; {args.warmup} warm-up + {args.buckets} "
+        "timed buckets per run, "
         f"{args.repeat} runs; CPU seconds of this process"
     )
 
     small = [run(one, settings, args.buckets, args.warmup) for _ in range(args.repeat)]
     big: list[RunFigures] = []
     for i in range(args.repeat):
+        if big:  # one fleet's state alive at a time (300 features: GBs)
+            big[-1] = dataclasses.replace(big[-1], pipeline=small[-1].pipeline)
         big.append(run(fleet, settings, args.buckets, args.warmup))
         print(f"  run {i + 1}: {_median(big[-1].bucket_s):.2f} s per bucket", flush=True)
 
@@ -416,11 +514,22 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"{_quantile(small_closes, q) * 1000:>12.1f} {'':>10} "
             f"{_quantile(closes, q) * 1000:>10.1f}"
         )
-    per_node_small = state_bytes(small[-1].pipeline) / group_nodes
-    per_node_big = state_bytes(big[-1].pipeline) / args.nodes
+    walk = (
+        state_bytes(small[-1].pipeline) / group_nodes / 1000,
+        state_bytes(big[-1].pipeline) / args.nodes / 1000,
+    )
     print(
-        f"{'detector state per node, KB':<44} {per_node_small / 1000:>12.1f} {'':>10} "
-        f"{per_node_big / 1000:>10.1f}  <= {TARGET_BYTES_PER_NODE // 1000} KB"
+        f"{'detector state per node (object walk), KB':<44} {walk[0]:>12.1f} {'':>10} "
+        f"{walk[1]:>10.1f}  <= {TARGET_BYTES_PER_NODE // 1000} KB"
+    )
+    rss = (
+        _median([r.rss_growth_mib for r in small]) * MIB_KB / group_nodes,
+        _median([r.rss_growth_mib for r in big]) * MIB_KB / args.nodes,
+    )
+    big_rss = ", ".join(f"{r.rss_growth_mib:.0f}" for r in big)
+    print(
+        f"{'RSS growth per node (median of runs), KB':<44} {rss[0]:>12.1f} {'':>10} "
+        f"{rss[1]:>10.1f}  <= {TARGET_BYTES_PER_NODE // 1000} KB (fleet runs: {big_rss} MiB)"
     )
     snap_small = _median([_median(r.snapshot_bytes) for r in small])
     snap_big = _median([_median(r.snapshot_bytes) for r in big])
@@ -438,18 +547,61 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"alert transitions in the timed buckets: {small[-1].changes} (one group), "
         f"{big[-1].changes} (fleet, last run)"
     )
-    del small, big
-    gc.collect()
+    print()
+    return Width(width, fleet_s, walk, rss, (snap_small, snap_big))
 
-    if args.no_stages:
-        return
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.worker", description=__doc__)
+    parser.add_argument("--nodes", type=int, default=12_500)
+    parser.add_argument("--scenario", default="gpu-slow")
+    parser.add_argument("--seed", type=int, default=2000)
+    parser.add_argument("--warmup", type=int, default=4, help="untimed buckets per run (>= 2)")
+    parser.add_argument("--buckets", type=int, default=5, help="timed buckets per run")
+    parser.add_argument("--repeat", type=int, default=3, help="fresh runs at each size")
+    parser.add_argument(
+        "--features",
+        type=int,
+        default=None,
+        help="also measure with this many values per frame (extra peer-scored node features)",
+    )
+    parser.add_argument("--no-stages", action="store_true", help="skip the stage-share run")
+    args = parser.parse_args(argv)
+
+    tmpl, settings = template(args.scenario, args.seed, args.warmup + args.buckets)
+    with tempfile.TemporaryDirectory(prefix="bench-worker-") as directory:
+        widths = [(tmpl, settings)]
+        if args.features is not None:
+            widths.append(widen(tmpl, settings, args.features, directory, args.seed))
+        figures = [measure(t, s, args) for t, s in widths]
+        gc.collect()
+        if len(figures) > 1:
+            print(f"{'values per frame':<44} " + " ".join(f"{w.values:>12}" for w in figures))
+            rows: tuple[tuple[str, Callable[[Width], str]], ...] = (
+                ("fleet CPU seconds per bucket", lambda w: f"{w.fleet_s:.2f}"),
+                ("state per node, object walk, KB (1 group)", lambda w: f"{w.walk_kb[0]:.1f}"),
+                ("state per node, object walk, KB (fleet)", lambda w: f"{w.walk_kb[1]:.1f}"),
+                ("RSS growth per node, KB (1 group)", lambda w: f"{w.rss_kb[0]:.1f}"),
+                ("RSS growth per node, KB (fleet)", lambda w: f"{w.rss_kb[1]:.1f}"),
+                ("snapshot bytes per bucket (fleet)", lambda w: f"{w.snapshot_bytes[1]:,.0f}"),
+            )
+            for label, cell in rows:
+                print(f"{label:<44} " + " ".join(f"{cell(w):>12}" for w in figures))
+            print()
+        if not args.no_stages:
+            stage_shares(*widths[-1], args)
+
+
+def stage_shares(tmpl: Template, settings: Any, args: argparse.Namespace) -> None:
+    """Where the fleet's time goes: one more run with timers on each stage's entry points."""
+    fleet = Fleet(tmpl, args.nodes, scored_features(settings))
     with Stages() as stages:
         timed = run(fleet, settings, args.buckets, args.warmup, on_timed=stages.spent.clear)
     whole = sum(timed.bucket_s)
-    print()
     print(
-        f"stage shares at {args.nodes:,} nodes (one more run with timers on the stages' entry "
-        f"points: {_median(timed.bucket_s):.2f} s per bucket)"
+        f"stage shares at {args.nodes:,} nodes, {len(tmpl[-1][0].values)} values per frame "
+        f"(one more run with timers on the stages' entry points: {_median(timed.bucket_s):.2f} s "
+        "per bucket)"
     )
     rest = max(0.0, whole - sum(stages.spent.values()))
     n = args.buckets
