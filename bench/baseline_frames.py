@@ -42,7 +42,10 @@ def _better(reduce: str, va: float, ga: str | None, vb: float, gb: str | None) -
 
 def _reduce(reduce: str, items: Iterable[tuple[float, str | None]]) -> tuple[float, str | None]:
     if reduce == "sum":
-        return math.fsum(v for v, _ in items), None
+        try:
+            return math.fsum(v for v, _ in items), None
+        except (OverflowError, ValueError):  # out of the float range: no value (as the builder)
+            return math.nan, None
     best_v, best_g = math.nan, None
     first = True
     for v, g in items:
@@ -67,7 +70,7 @@ class _Use:
 class _Partial:
     """An open frame: per-series contributions, reduced only when the frame closes."""
 
-    __slots__ = ("den", "num", "updated_s", "values")
+    __slots__ = ("den", "num", "values")
 
     def __init__(self) -> None:
         # feature -> series key -> (value, gpu); a later sample of the series overwrites.
@@ -75,7 +78,6 @@ class _Partial:
         # ``per`` features: feature -> pair key (labels without __name__) -> (rate, gpu).
         self.num: dict[str, dict[SeriesKey, tuple[float, str | None]]] = {}
         self.den: dict[str, dict[SeriesKey, float]] = {}
-        self.updated_s: float | None = None
 
 
 class BaselineFrameBuilder:
@@ -147,6 +149,9 @@ class BaselineFrameBuilder:
         self._label_memo: dict[int, tuple[Any, ...]] = {}
         self.label_memo_size = 1_000_000
         self._departures: list[Frame] = []
+        self._last_add_s: float | None = None  # wall time of the last ``add`` that gave one
+        # node -> {"pci_bus_id@<gpu>": bus id}, sent in the frame's ``gpus`` (as the builder)
+        self._pci_of: dict[str, dict[str, str]] = {}
 
     def _add_use(self, metric: str, use: _Use) -> None:
         self._uses[metric] = (*self._uses.get(metric, ()), use)
@@ -194,9 +199,11 @@ class BaselineFrameBuilder:
     # --- adding samples -------------------------------------------------------------------------
 
     def add(self, series: Iterable[Series], now_s: float | None = None) -> AddStats:
-        """Account every sample; ``now_s`` (wall clock) stamps touched frames for idle closing."""
+        """Account every sample; ``now_s`` (wall clock) marks the stream alive for idle closing."""
         stats = AddStats()
         unknown = 0
+        if now_s is not None:
+            self._last_add_s = now_s
         uses_of = self._uses.get
         memo = self._label_memo
         for s in series:
@@ -216,6 +223,10 @@ class BaselineFrameBuilder:
                 key = tuple(sorted(labels.items())) if uses else ()
                 if len(memo) >= self.label_memo_size:
                     memo.clear()
+                    self._pci_of.clear()
+                gpu, pci = labels.get("gpu"), labels.get("pci_bus_id")
+                if node is not None and gpu and pci:
+                    self._pci_of.setdefault(node, {})[per_gpu_key("pci_bus_id", gpu)] = pci
                 memo[id(labels)] = (labels, uses, node, group, key)
             if not uses:
                 unknown += len(s.samples)
@@ -293,8 +304,6 @@ class BaselineFrameBuilder:
             stats.accepted += 1
 
             partial = self._partial(bucket, frame_key)
-            if now_s is not None:
-                partial.updated_s = now_s
             for use in uses:
                 contribution = rate if use.counter else value
                 if contribution is None:
@@ -337,27 +346,23 @@ class BaselineFrameBuilder:
     def close_due(
         self, watermark_ms: int | None, now_s: float | None = None, idle_s: float | None = None
     ) -> list[Frame]:
-        """Frames whose bucket ended at or before ``watermark_ms``, plus (given ``now_s`` and
-        ``idle_s``) frames not updated for ``idle_s`` seconds; they are forgotten here.
+        """Frames whose bucket ended at or before ``watermark_ms`` -- and every open frame
+        when (given ``now_s`` and ``idle_s``) no ``add`` came for ``idle_s`` seconds: the
+        stream stopped (the builder's rule since per-node membership). They are forgotten
+        here.
 
         Frames that end up with no value (only first counter samples) are not returned.
         """
+        stopped = (
+            now_s is not None
+            and idle_s is not None
+            and self._last_add_s is not None
+            and now_s - self._last_add_s >= idle_s
+        )
         due: list[tuple[int, tuple[str, str], _Partial]] = []
         for bucket in list(self._open):
-            frames = self._open[bucket]
-            if watermark_ms is not None and bucket + self.bucket_ms <= watermark_ms:
-                due.extend((bucket, fk, p) for fk, p in frames.items())
-                del self._open[bucket]
-            elif now_s is not None and idle_s is not None:
-                idle = [
-                    fk
-                    for fk, p in frames.items()
-                    if p.updated_s is not None and now_s - p.updated_s >= idle_s
-                ]
-                for fk in idle:
-                    due.append((bucket, fk, frames.pop(fk)))
-                if not frames:
-                    del self._open[bucket]
+            if stopped or (watermark_ms is not None and bucket + self.bucket_ms <= watermark_ms):
+                due.extend((bucket, fk, p) for fk, p in self._open.pop(bucket).items())
         out = self._emit(due)
         out.extend(self._departures)
         self._departures.clear()
@@ -385,6 +390,7 @@ class BaselineFrameBuilder:
         for bucket, (group, node), partial in due:
             values, gpus = self._reduce_partial(partial)
             if values:
+                gpus.update(self._pci_of.get(node, {}))
                 out.append(Frame(group, node, bucket, values, gpus))
             self._keep_for_reopen(bucket, (group, node), partial)
         return out
