@@ -34,19 +34,22 @@ Printed, each beside its yardstick in the same run:
   stage's entry points, so its total is a little higher);
 - detector state per node (a walk of every object the pipeline holds, shared
   catalog and parameters left out) and the process's resident memory growth per
-  node (RSS after the run, its pipeline alive, minus RSS before it) at one group
-  and at ``--nodes``, against the target (<= 100 KB per node), and the snapshot
+  node (RSS after the first run at that size, its pipeline alive, minus RSS before
+  it: a later run reuses the heap the one before freed) at one group and at
+  ``--nodes``, against the target (<= 100 KB per node), and the snapshot
   (changelog) bytes per bucket;
 - the JSON decode of one bucket's frames into the worker's ``Frame`` values
   (from the bytes the ingest produces; Kafka's fetch and Faust's stream are not
   in it), beside the pipeline's own cost.
 
-``--features N`` runs every figure twice: at the template's width and with frames
-of ``N`` values (per-GPU keys counted, as the ingest's ``max_features_per_group``
-counts them). The extra values are peer-scored node features the worker reads from
-an operator feature file (``feature_files``, the way an operator adds features), so
-windows, peer scoring, the baselines and the group's model all hold state for them;
-each node has a usual level of its own per feature and every bucket varies around it.
+``--features N`` runs every figure twice, first with frames of ``N`` values
+(per-GPU keys counted, as the ingest's ``max_features_per_group`` counts them),
+then at the template's width (its RSS growth then reuses the heap the first freed:
+for that figure, run without ``--features``). The extra values are peer-scored node
+features the worker reads from an operator feature file (``feature_files``, the way
+an operator adds features), so windows, peer scoring, the baselines and the group's
+model all hold state for them; each node has a usual level of its own per feature
+and every bucket varies around it.
 
 No figure here is asserted anywhere.
 """
@@ -522,13 +525,14 @@ def measure(tmpl: Template, settings: Any, args: argparse.Namespace) -> Width:
         f"{'detector state per node (object walk), KB':<44} {walk[0]:>12.1f} {'':>10} "
         f"{walk[1]:>10.1f}  <= {TARGET_BYTES_PER_NODE // 1000} KB"
     )
+    # the first run at each size: a later one reuses the heap its predecessor freed
     rss = (
-        _median([r.rss_growth_mib for r in small]) * MIB_KB / group_nodes,
-        _median([r.rss_growth_mib for r in big]) * MIB_KB / args.nodes,
+        small[0].rss_growth_mib * MIB_KB / group_nodes,
+        big[0].rss_growth_mib * MIB_KB / args.nodes,
     )
     big_rss = ", ".join(f"{r.rss_growth_mib:.0f}" for r in big)
     print(
-        f"{'RSS growth per node (median of runs), KB':<44} {rss[0]:>12.1f} {'':>10} "
+        f"{'RSS growth per node (first run), KB':<44} {rss[0]:>12.1f} {'':>10} "
         f"{rss[1]:>10.1f}  <= {TARGET_BYTES_PER_NODE // 1000} KB (fleet runs: {big_rss} MiB)"
     )
     snap_small = _median([_median(r.snapshot_bytes) for r in small])
@@ -571,9 +575,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     tmpl, settings = template(args.scenario, args.seed, args.warmup + args.buckets)
     with tempfile.TemporaryDirectory(prefix="bench-worker-") as directory:
         widths = [(tmpl, settings)]
-        if args.features is not None:
-            widths.append(widen(tmpl, settings, args.features, directory, args.seed))
-        figures = [measure(t, s, args) for t, s in widths]
+        if args.features is not None:  # first: its RSS growth is on a heap nothing freed yet
+            widths.insert(0, widen(tmpl, settings, args.features, directory, args.seed))
+        figures = sorted((measure(t, s, args) for t, s in widths), key=lambda w: w.values)
         gc.collect()
         if len(figures) > 1:
             print(f"{'values per frame':<44} " + " ".join(f"{w.values:>12}" for w in figures))
@@ -589,7 +593,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 print(f"{label:<44} " + " ".join(f"{cell(w):>12}" for w in figures))
             print()
         if not args.no_stages:
-            stage_shares(*widths[-1], args)
+            stage_shares(*widths[0], args)
 
 
 def stage_shares(tmpl: Template, settings: Any, args: argparse.Namespace) -> None:
