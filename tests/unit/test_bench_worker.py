@@ -70,7 +70,7 @@ def test_wider_frames_reach_the_detectors_state() -> None:
 
 def test_widen_refuses_fewer_values_than_the_template_holds(tmp_path) -> None:
     tmpl, settings = worker.template("gpu-slow", 2000, 3)
-    same = worker.widen(tmpl, settings, len(tmpl[0][0].values), tmp_path, seed=1)
+    same = worker.widen(tmpl, settings, len(tmpl[-1][0].values), tmp_path, seed=1)
     assert same == (tmpl, settings)
     with pytest.raises(ValueError, match="already hold"):
         worker.widen(tmpl, settings, 10, tmp_path, seed=1)
