@@ -12,7 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from detectors.features import FeatureSpec
-from streams.frames import Frame, FrameError, decode_frame, encode_frame, merge_frames
+from streams.frames import (
+    Frame,
+    FrameError,
+    _decode_checked,
+    decode_frame,
+    encode_frame,
+    merge_frames,
+)
 
 TEMP = FeatureSpec("temp", ("gpu_temp",), "gauge", reduce="max")
 UTIL = FeatureSpec("util", ("gpu_util",), "gauge", reduce="min")
@@ -112,6 +119,45 @@ def test_what_the_ingest_writes_decodes_as_the_old_faust_record() -> None:
 def test_a_malformed_message_is_refused_with_what_is_wrong(body: bytes, message: str) -> None:
     with pytest.raises(FrameError, match=message):
         decode_frame(body)
+
+
+# any JSON value, and the field values a frame may or may not accept, mixed
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+maybe_frames = st.fixed_dictionaries(
+    {},
+    optional={
+        "group": names | json_values,
+        "node": names | json_values,
+        "ts": st.integers() | json_values,
+        "values": st.dictionaries(names, st.floats() | st.integers() | json_values, max_size=4),
+        "gpus": st.dictionaries(names, names | json_values, max_size=3) | json_values,
+        "left": st.booleans() | json_values,
+        "role": st.none() | names | json_values,
+        "on_hold": st.booleans() | json_values,
+        "__faust": json_values,
+    },
+)
+
+
+def _outcome(decode: object, data: bytes) -> object:
+    try:
+        return decode(data)  # type: ignore[operator]
+    except FrameError as exc:
+        return f"FrameError: {exc}"
+
+
+@settings(max_examples=500)
+@given(maybe_frames | json_values)
+def test_the_fast_decoder_decides_as_the_checked_one(obj: object) -> None:
+    """msgspec's typed decode gives the frame, or the refusal and its words, of orjson + checks."""
+    data = json.dumps(obj).encode()  # NaN / Infinity as Python writes them: refused by both
+    assert _outcome(decode_frame, data) == _outcome(_decode_checked, data)
 
 
 def test_a_non_finite_value_is_not_encoded() -> None:
