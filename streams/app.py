@@ -139,6 +139,14 @@ def create_app(
         value_type=bytes,  # Faust: raw bytes in and out
     )
     pipeline = Pipeline.from_settings(settings)
+    # a job's retry chain spans its restarts, so it is kept apart from the group's state
+    # (which goes when the group ends); same key and partitions as the frames
+    retry_table = (
+        app.Table("retry-state", default=None, partitions=settings.topic_partitions, key_type=str)
+        if settings.topic_job_attempts
+        else None
+    )
+    retry_partition_of: dict[str, int] = {}  # group -> the partition of its retry state
     links = AlertLinks.from_settings(settings)
     sink_holder: dict[str, Any] = {}  # the running sinks, set by their tasks
 
@@ -226,9 +234,27 @@ def create_app(
     owned: set[int] = set()  # frames partitions assigned to this worker
     lost: set[int] = set()  # frames partitions a rebalance took away, groups not yet forgotten
 
+    def hold_retry(group: str, partition: int) -> None:
+        # Memory is the truth for a group held here: XID causes (a bucket's, a log line's)
+        # reach it between job events. The table only for one not held: new here, or moved
+        # back after a rebalance (forget_lost_groups dropped it), as the group's state.
+        retry_partition_of[group] = partition
+        if retry_table is None or group in pipeline.retry_states:
+            return
+        if (snap := retry_table.get(group)) is not None:
+            pipeline.restore_retry(group, snap)
+
+    def write_retry(group: str) -> None:
+        # every change written, so a crash or the next owner loses no XID cause either
+        if retry_table is not None:
+            retry_table[group] = pipeline.retry_snapshot(group)
+
     def forget_lost_groups() -> None:
         # Their state, open buckets and re-sends are the new owner's now (it restores the
         # table and gets the unacked frames again); kept here, they would go stale.
+        for group in [g for g, p in retry_partition_of.items() if p in lost]:
+            pipeline.forget_retry(group)  # also of a group ended, or with no frames here
+            del retry_partition_of[group]
         for group in [g for g, p in partition_of.items() if p in lost]:
             pipeline.forget(group)
             held.drop(group)
@@ -267,10 +293,12 @@ def create_app(
         done = event
         group = frame.group
         partition_of[group] = event.message.partition
-        if group not in pipeline.windows and (snap := state_table.get(group)):
-            pipeline.restore(group, STATE_CODEC.loads(snap))
-            checkpoints.wrote(group, pipeline.window(group).closed_upto)
-            log.info("group_restored group=%s", group)
+        if group not in pipeline.windows:
+            hold_retry(group, event.message.partition)
+            if snap := state_table.get(group):
+                pipeline.restore(group, STATE_CODEC.loads(snap))
+                checkpoints.wrote(group, pipeline.window(group).closed_upto)
+                log.info("group_restored group=%s", group)
         now = time.time()
         if frame.node or frame.left:
             # Held until a written snapshot holds what it changed: its bucket's, or for a
@@ -296,6 +324,8 @@ def create_app(
                 metrics.frames_late.labels(group=group).inc()
                 log.debug("frame_late group=%s node=%s ts=%d", group, frame.node, frame.ts)
         scored = pipeline.due(group, now)
+        if group in pipeline.retry_states and any(s.changes for s in scored):
+            write_retry(group)  # it may have taken an XID alert as a cause (rare: transitions)
         for item in scored:
             await publish(item)
         if scored and scored[-1].ended:
@@ -359,15 +389,18 @@ def create_app(
     async def read_xid_lines(stream: Any) -> None:
         # Same key (group) and partition count as the frames: the worker that owns
         # a group's frames gets its log XIDs, judged with the group's next bucket.
-        async for record in stream:
+        async for message in stream.events():
+            record = message.value
             event = parse_kernel_line(record.line)
             if event is None:
                 log.debug("xid_line_ignored node=%s line=%r", record.node, record.line[:120])
                 continue
             gpu = event.pci_bus_id or "unknown"
+            hold_retry(record.group, message.message.partition)
             pipeline.add_log_xid(
                 record.group, event.with_origin(node=record.node, gpu=gpu, ts_ms=record.ts)
             )
+            write_retry(record.group)
             log.info("xid_line node=%s xid=%d gpu=%s", record.node, event.xid, gpu)
 
     if settings.topic_job_attempts:
@@ -377,11 +410,6 @@ def create_app(
             value_type=bytes,
             value_serializer="raw",
             partitions=settings.topic_partitions,
-        )
-        # a job's retry chain spans its restarts, so it is kept apart from the group's state
-        # (which goes when the group ends); same key and partitions as the frames
-        retry_table = app.Table(
-            "retry-state", default=None, partitions=settings.topic_partitions, key_type=str
         )
 
         @app.agent(jobs_topic)
@@ -401,10 +429,9 @@ def create_app(
                     )
                     continue
                 group = job.peer_group
-                if (snap := retry_table.get(group)) is not None:  # the table is the truth
-                    pipeline.restore_retry(group, snap)  # after a rebalance
+                hold_retry(group, message.partition)
                 advice = pipeline.add_job_event(job)
-                retry_table[group] = pipeline.retry_snapshot(group)
+                write_retry(group)
                 metrics.advisors.observe_retry(group, pipeline.retry_figures(group))
                 log.info(
                     "job_event job=%s attempt=%d state=%s group=%s",

@@ -374,6 +374,10 @@ class Pipeline:
         if it comes back here it must be restored from the table, not from stale memory."""
         self.groups.pop(group, None)
         self.node_health.forget_group(group)
+        self.forget_retry(group)
+
+    def forget_retry(self, group: str) -> None:
+        """Drop the group's retry state (``forget``'s part that outlives the group)."""
         self.retry_states.pop(group, None)
 
     def snapshot(self, group: str) -> dict[str, Any]:

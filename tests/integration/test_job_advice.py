@@ -8,20 +8,39 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
 
-from streams.advice import decode_advice
+from streams.advice import Advice, decode_advice
 from tests.integration.harness import Deployment, read_topic, wait_for
 from tests.integration.test_open_buckets import metric
 
 NODES = ["n1", "n2", "n3"]
 
 
-async def test_a_failed_attempt_in_gives_an_advice_record_out(
-    kafka_bootstrap: str, tmp_path: Path
-) -> None:
+def jobs_deployment(kafka_bootstrap: str, tmp_path: Path) -> tuple[Deployment, str]:
+    """A deployment whose worker reads a job lifecycle topic of its own (named second)."""
     deployment = Deployment.new(kafka_bootstrap, "", tmp_path)
     jobs = deployment.alerts_topic.replace("-alerts", "-jobs")
     deployment.env["PEERWATCH_TOPIC_JOB_ATTEMPTS"] = jobs
-    group, port = deployment.job, deployment.metrics_port
+    return deployment, jobs
+
+
+async def advice_out(
+    kafka_bootstrap: str, deployment: Deployment
+) -> tuple[list[dict], list[Advice]]:
+    """Once the worker counted an advice: the alerts topic's records, and the advice of them."""
+
+    async def advised() -> bool:
+        return await metric(deployment.metrics_port, "peerwatch_advice_total") >= 1
+
+    await wait_for(advised, 60, "the retry advice")
+    records = await read_topic(kafka_bootstrap, deployment.alerts_topic, idle_s=1.0)
+    return records, [a for r in records if (a := decode_advice(json.dumps(r).encode()))]
+
+
+async def test_a_failed_attempt_in_gives_an_advice_record_out(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    deployment, jobs = jobs_deployment(kafka_bootstrap, tmp_path)
+    group = deployment.job
     attempt = {"job_id": "s1", "name": "llm", "attempt": 1, "group": group, "nodes": NODES}
     events = [
         {**attempt, "state": "running", "ts": 1_000, "pool": [*NODES, "n4"]},
@@ -36,16 +55,10 @@ async def test_a_failed_attempt_in_gives_an_advice_record_out(
         await producer.send_and_wait(jobs, b"{not json", key=group.encode())  # logged, skipped
         for event in events:
             await producer.send_and_wait(jobs, json.dumps(event).encode(), key=group.encode())
-
-        async def advised() -> bool:
-            return await metric(port, "peerwatch_advice_total") >= 1
-
-        await wait_for(advised, 60, "the retry advice")
-        records = await read_topic(kafka_bootstrap, deployment.alerts_topic, idle_s=1.0)
+        records, advice = await advice_out(kafka_bootstrap, deployment)
     finally:
         await producer.stop()
         worker.stop()
-    advice = [a for r in records if (a := decode_advice(json.dumps(r).encode()))]
     assert [(a.advisor, a.kind, a.nodes, a.action) for a in advice] == [
         ("retry", "exclude_nodes", ("n2",), "EXCLUDE_AND_RETRY")
     ]
