@@ -10,9 +10,10 @@ stop the rest):
   pre-rework builder, the library limit and the naive design;
 - ``worker``: the in-process Pipeline at fleet size (``bench.worker``): seconds per
   bucket, close-to-changes latency, detector state per node (the memory figure) and
-  changelog bytes, one group beside the fleet;
+  changelog bytes, one group beside the fleet, at 88 and at 300 values per frame;
 - ``worker-kafka``: the worker through real Kafka and Faust (``bench.worker_kafka``),
-  beside the in-process Pipeline on the same frames;
+  beside the in-process Pipeline on the same frames; ``worker-kafka-k4`` the same with
+  a snapshot every 4 buckets, ``worker-kafka-4w`` with 4 workers on 4 partitions;
 - ``frame-codec``: JSON against binary frame codecs (``bench.frame_codec``);
 - ``e2e``: fault onset to Alertmanager on the real processes (``bench.e2e_latency``),
   beside the design's floor and a minimal forwarder;
@@ -47,15 +48,30 @@ class Bench:
     kafka: bool = False  # takes ``--kafka host:port`` (else it starts its own broker)
 
 
+# the 100,000-GPU fleet: 12,500 nodes; 4 untimed buckets (a multiple of 4 for the cadence)
+FLEET = ("--nodes", "12500", "--warmup", "4", "--buckets", "4")
+
 BENCHES = (
     Bench("ingest", "bench.ingest_bench", (), ("--rounds", "2", "--repeat", "1")),
     Bench(
         "worker",
         "bench.worker",
-        (),
+        ("--features", "300"),  # the memory figures at 88 and at 300 values per frame
         ("--nodes", "120", "--warmup", "2", "--buckets", "2", "--repeat", "1", "--no-stages"),
     ),
-    Bench("worker-kafka", "bench.worker_kafka", (), ("--nodes", "120", "--buckets", "3")),
+    Bench("worker-kafka", "bench.worker_kafka", FLEET, ("--nodes", "120", "--buckets", "3")),
+    Bench(  # the changelog a quarter as often (the setting's default stays 1: README)
+        "worker-kafka-k4",
+        "bench.worker_kafka",
+        (*FLEET, "--snapshot-every-buckets", "4"),
+        ("--nodes", "120", "--warmup", "2", "--buckets", "2", "--snapshot-every-buckets", "2"),
+    ),
+    Bench(
+        "worker-kafka-4w",
+        "bench.worker_kafka",
+        (*FLEET, "--workers", "4", "--partitions", "4"),
+        ("--nodes", "120", "--buckets", "3", "--workers", "2", "--partitions", "4"),
+    ),
     Bench("frame-codec", "bench.frame_codec", (), ("--frames", "200", "--repeat", "1")),
     Bench(
         "e2e",
