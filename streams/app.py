@@ -57,15 +57,12 @@ STATE_CODEC = codecs.get_codec("json")
 TICK_EVERY_S = 1.0
 KAFKA_PROBE_EVERY_S = 5.0  # readiness asks Kafka for the frames topic's offsets this often
 LAG_EVERY_S = 10.0  # how often the frames topic's end offsets are asked for (consumer lag)
-# The per-message costs outside the Pipeline (bench.worker_kafka; README): Faust's default
-# producer sends each changelog snapshot (~270 KB a group) as a request of its own at once
-# (linger 0, 16 KB batches); 50 ms of linger and 512 KB batches put a bucket's snapshots in
-# a few requests, far under a 30-s bucket and under the broker's 1 MB batch limit. Fetches
-# of 4 MB a partition (Faust: 1 MB) take a bucket's frames in fewer round trips. Faust's
-# per-event monitor counters are read by nothing here (streams.lean_monitor).
-# The producer keeps Faust's linger (0) and batch size: with 50 ms / 512 KB a rebalance
-# could find a group's last snapshot still in the old owner's producer while the frames it
-# covers were committed (test_scale_out: a bucket short of a frame, buckets never scored).
+# The per-message costs outside the Pipeline (bench.worker_kafka; README): fetches of 4 MB
+# a partition (Faust: 1 MB) take a bucket's frames in fewer round trips, and Faust's
+# per-event monitor counters are read by nothing here (streams.lean_monitor). The producer
+# keeps Faust's linger (0) and batch size: with 50 ms / 512 KB a rebalance could find a
+# group's last snapshot still in the old owner's producer while the frames it covers were
+# committed (test_scale_out: a bucket short of a frame, buckets never scored).
 FAUST_THROUGHPUT: dict[str, Any] = {
     "consumer_max_fetch_size": 4 * 1024 * 1024,
     "Monitor": LeanMonitor,
