@@ -4,7 +4,7 @@
     python -m bench.report_screenshot --scenario fault-mix --seed 1 \\
         --out docs/img/backtest-report.png --html /tmp/backtest-report.html
 
-The scenario's scrape rounds go through the live path (``streams.offline``: the
+The scenario's scrape rounds go through the live path (``streams.worker.offline``: the
 ingest's frame builder, the worker's ``Pipeline``) into the backtest's
 :class:`~streams.backtest.summary.Accumulator`, with the scenario's labelled
 faults as the known events (an XID fault at its XID, ``xid<code>``; any other
@@ -30,7 +30,7 @@ from streams.backtest.report import render_html
 from streams.backtest.summary import Accumulator, KnownEvent
 from streams.lab.simulator.faults import JOB_DEATH, GroundTruth
 from streams.lab.simulator.scenarios import get_scenario
-from streams.offline import score_rounds
+from streams.worker.offline import score_rounds
 
 CHROMIUM_FLAGS = (
     "--headless",

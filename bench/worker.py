@@ -79,8 +79,8 @@ from streams import catalog as feature_catalog
 from streams.frames import Frame, decode_frame, encode_frame
 from streams.lab.simulator.cluster import ClusterSimulator
 from streams.lab.simulator.scenarios import get_scenario
-from streams.offline import build_pair
-from streams.pipeline import Pipeline
+from streams.worker.offline import build_pair
+from streams.worker.pipeline import Pipeline
 
 TARGET_FLEET_S = 5.0  # seconds of one core per 30-s bucket for the whole fleet
 TARGET_BYTES_PER_NODE = 100_000
@@ -344,16 +344,16 @@ class Stages:
 
     ENTRY_POINTS: tuple[tuple[str, str, str, str], ...] = (
         # (stage, module, class or "", attribute)
-        ("window/merge", "streams.windows", "GroupWindow", "add"),
-        ("window/merge", "streams.windows", "GroupWindow", "due"),
+        ("window/merge", "streams.worker.windows", "GroupWindow", "add"),
+        ("window/merge", "streams.worker.windows", "GroupWindow", "due"),
         ("peer scoring (score_bucket)", "detectors.peer_scoring", "", "score_bucket"),
-        ("node/GPU health", "streams.node_health", "NodeHealth", "add"),
-        ("node/GPU health", "streams.node_health", "NodeHealth", "step"),
+        ("node/GPU health", "streams.worker.node_health", "NodeHealth", "add"),
+        ("node/GPU health", "streams.worker.node_health", "NodeHealth", "step"),
         ("remap/xid trackers", "detectors.remap", "RemapTracker", "observe"),
         ("remap/xid trackers", "detectors.xid.gauge", "XidGaugeTracker", "observe"),
         ("remap/xid trackers", "detectors.xid.escalation", "XidEscalator", "decide"),
         ("fail-slow", "detectors.failslow.family", "FailSlow", "step"),
-        ("snapshot (Pipeline.snapshot)", "streams.pipeline", "Pipeline", "snapshot"),
+        ("snapshot (Pipeline.snapshot)", "streams.worker.pipeline", "Pipeline", "snapshot"),
         ("snapshot JSON (table codec)", "faust.serializers.codecs", "json", "_dumps"),
     )
 

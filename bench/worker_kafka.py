@@ -12,7 +12,7 @@ nodes' frames are sent, encoded and keyed by group as the ingest writes them
 (the first closes on its grace period, the detectors fill their state), as
 ``bench.worker`` leaves them untimed; then ``--buckets`` timed ones. A phase is
 done when the workers' consumer group has committed every frame sent (a frame is
-acked once its bucket is scored and its snapshot written: ``streams.acks``) and
+acked once its bucket is scored and its snapshot written: ``streams.worker.acks``) and
 the group-state changelog has stopped growing, both read from the broker, so the
 figure holds no ``/metrics`` page of the bench's making. With a snapshot every
 ``--snapshot-every-buckets`` K buckets, frames are acked only once a snapshot covers
@@ -61,9 +61,9 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from bench import worker as inproc
 from streams.frames import encode_frame
+from streams.kafka.topics import ensure_topics
 from streams.lab.launchers import KafkaKRaft, PeerwatchProcess, free_port, peerwatch_env
 from streams.settings import Settings
-from streams.topics import ensure_topics
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 SETTLE_S = 2.0
@@ -71,7 +71,8 @@ SETTLE_S = 2.0
 # of this work: a /metrics page is built by the worker, every node's series, and at 12,500
 # nodes a page read every 5 s was a few CPU seconds per bucket of the bench's own making).
 COMMITTED_EVERY_S = 1.0
-STATE_TABLE = "group-state"  # streams.app's table: its changelog is <app id>-<table>-changelog
+# streams.worker.app's table: its changelog is <app id>-<table>-changelog
+STATE_TABLE = "group-state"
 # A scrape as Prometheus 2.x sends it (scrape_protocols' default; gzip): the worker then
 # builds the OpenMetrics page and compresses it.
 PROMETHEUS_SCRAPE = {
@@ -339,7 +340,7 @@ def through_kafka(
 
 
 def check_phases(fleet: inproc.Fleet, warmup: int, buckets: int, every: int) -> None:
-    """Each phase must end on a bucket whose snapshot is written (streams.checkpoints: the
+    """Each phase must end on a bucket whose snapshot is written (streams.worker.checkpoints: the
     K-th of each aligned block of K, or a group's first), or its frames stay un-acked."""
     first = fleet.template[0][0].ts // int(inproc.BUCKET_S * 1000)
     if (warmup == 1 or (first + warmup) % every == 0) and buckets % every == 0:

@@ -15,7 +15,7 @@ resolved transition) and grouped per (alertname, node) into
   flap is one page, not two); later, it starts a new episode.
 
 The GPU of an alert is its ``gpu`` label, else the first signal that names one
-(as :func:`streams.alerting.alert_labels` does); its class is its ``class``
+(as :func:`streams.sinks.payloads.alert_labels` does); its class is its ``class``
 label when it has one (the family's default is applied by the scorer); its
 severity (``critical`` pages on-call, ``warning`` does not) is kept per firing.
 

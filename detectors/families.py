@@ -1,6 +1,6 @@
 """Every alert family peerwatch sends, as data: the one place an alertname is defined.
 
-The sinks' summaries (:mod:`streams.alerting`), the evaluation's fault classes
+The sinks' summaries (:mod:`streams.sinks.payloads`), the evaluation's fault classes
 (:mod:`streams.lab.evaluation.taxonomy`), the peer-scoring lifecycle's fire counts
 (:mod:`detectors.alerts`) and the shipped Alertmanager routes and inhibitions
 (checked by ``tests/unit/test_alert_registry.py``) all read :data:`REGISTRY`;

@@ -23,7 +23,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from detectors.features import DEFAULT_BUCKET_MS
-from streams.kafka import client_options, start_client
+from streams.kafka.options import client_options, start_client
 from streams.settings import Settings
 
 ROWS = 15  # newest records shown

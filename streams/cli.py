@@ -16,8 +16,8 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
-from streams.logs import configure_logging
 from streams.settings import Settings, load_settings
+from streams.telemetry.logs import configure_logging
 
 
 def _settings(ctx: click.Context, **flags: Any) -> Settings:
@@ -96,8 +96,8 @@ def ingest(ctx: click.Context, **flags: Any) -> None:
 @click.pass_context
 def worker(ctx: click.Context, metrics_port: int | None, **flags: Any) -> None:
     """Score frames per peer group and send alerts (a Faust worker)."""
-    from streams.app import run_worker
-    from streams.kafka import KafkaLoginError
+    from streams.kafka.options import KafkaLoginError
+    from streams.worker.app import run_worker
 
     if metrics_port is not None:
         if flags["worker_web_port"] is not None:
@@ -483,7 +483,7 @@ def alerts(
     from rich.console import Console
 
     from streams.alerts_view import show_alerts
-    from streams.kafka import KafkaLoginError
+    from streams.kafka.options import KafkaLoginError
 
     settings = _settings(ctx, kafka=kafka, topic_alerts=topic_alerts)
     logging.getLogger("aiokafka").setLevel(logging.ERROR)  # its retries would scroll the view
@@ -511,7 +511,7 @@ def xid_log(
     ctx: click.Context, kafka: str | None, node: str, group: str, wal_dir: Path | None
 ) -> None:
     """Ship NVRM Xid kernel log lines from stdin to the xid topic."""
-    from streams.kafka import KafkaLoginError
+    from streams.kafka.options import KafkaLoginError
     from streams.sources.xid_log import run_xid_log
 
     try:

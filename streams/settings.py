@@ -67,7 +67,7 @@ class Settings(BaseSettings):
     topic_partitions: int = Field(4, ge=1)
     topic_replication: int = Field(1, ge=1, description="replication of topics peerwatch creates")
     app_id: str = "peerwatch"
-    # Kafka security, for every client (streams.kafka builds aiokafka's and Faust's options)
+    # Kafka security, for every client (streams.kafka.options builds aiokafka's and Faust's options)
     kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
     kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "PLAIN"
     kafka_username: str | None = None
@@ -235,7 +235,7 @@ class Settings(BaseSettings):
     backtest_bearer_token: SecretStr | None = None
     backtest_bearer_token_file: Path | None = None
     backtest_timeout_s: float = Field(120.0, gt=0, description="per history request")
-    # links in every alert (streams.alerting.AlertLinks)
+    # links in every alert (streams.sinks.payloads.AlertLinks)
     runbook_base_url: str = Field(
         "docs/runbooks",
         description="where docs/runbooks is browsable; an alert links <this>/<alertname>.md",

@@ -2,6 +2,6 @@
 
 ``victoriametrics`` / ``prometheus`` read it chunk by chunk (``history`` holds what
 they share), ``run`` feeds it to the ingest's frame builder and the worker's
-``Pipeline`` (``streams.offline``), ``summary`` / ``report`` turn the scored
+``Pipeline`` (``streams.worker.offline``), ``summary`` / ``report`` turn the scored
 buckets into report.json and report.html.
 """

@@ -41,7 +41,7 @@ log = logging.getLogger("peerwatch.backtest")
 
 # (labels, timestamps in ms ascending, values) of one series, as a source parsed it
 ParsedSeries = tuple[dict[str, str], list[int], list[float]]
-# (round start in ms, the round's series): what ``streams.offline.score_rounds`` takes
+# (round start in ms, the round's series): what ``streams.worker.offline.score_rounds`` takes
 Round = tuple[int, list[Series]]
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from detectors.advisors.jobs import JobEvent
 from detectors.vocabulary import Advice
 from streams.backtest.events import read_lines
-from streams.pipeline import Pipeline
+from streams.worker.pipeline import Pipeline
 
 __all__ = ["JobEventFeed", "load_job_events"]
 

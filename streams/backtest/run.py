@@ -1,6 +1,6 @@
 """History → the ingest's ``FrameBuilder`` → the worker's ``Pipeline``, in event time.
 
-The same objects and the same ``Settings`` as live, called as ``streams.offline``
+The same objects and the same ``Settings`` as live, called as ``streams.worker.offline``
 calls them for the evaluator; only the clock is the history's. Every scored
 bucket goes to ``on_scored`` (the report's ``Accumulator``). Memory holds one
 chunk of history plus the pipeline's state, whatever the range.
@@ -38,10 +38,10 @@ from streams.backtest.summary import Accumulator, KnownEvent
 from streams.backtest.victoriametrics import VictoriaMetricsSource
 from streams.catalog import features_for
 from streams.deploy_config import catalog_metric_names
-from streams.offline import score_rounds
-from streams.pipeline import Scored
 from streams.progress import progress
 from streams.settings import Settings
+from streams.worker.offline import score_rounds
+from streams.worker.pipeline import Scored
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """The backtest's figures, gathered one scored bucket at a time in bounded memory.
 
 ``Accumulator(known_events, bucket_ms)``; ``.add(scored)`` for every
-:class:`~streams.pipeline.Scored` the pipeline closes (``.add_advice`` for an
+:class:`~streams.worker.pipeline.Scored` the pipeline closes (``.add_advice`` for an
 advisor's :class:`~detectors.vocabulary.Advice` from elsewhere); ``.result()`` is one
 JSON-safe dict with stable keys (:data:`RESULT_KEYS`, below). What it keeps
 grows with the alerts, fail-slow episodes, distinct advice and groups × nodes ×
@@ -65,7 +65,7 @@ from detectors.episodes import (
 from detectors.families import XID_ALERT
 from detectors.vocabulary import Advice
 from streams.backtest.events import EventsFileError, KnownEvent, load_events
-from streams.pipeline import Scored
+from streams.worker.pipeline import Scored
 
 __all__ = [
     "HISTORY_WINDOWS",

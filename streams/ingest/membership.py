@@ -35,7 +35,7 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
 
 from detectors.checks import check_name
-from streams.kafka import client_options, start_client
+from streams.kafka.options import client_options, start_client
 from streams.retry import RetryCallState, doubling, retrying
 from streams.settings import Settings
 

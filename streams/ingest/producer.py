@@ -28,10 +28,10 @@ from aiokafka.errors import (
 )
 
 from streams.frames import Frame, encode_frame
-from streams.kafka import client_options, start_client
-from streams.metrics import IngestMetrics
+from streams.kafka.options import client_options, start_client
 from streams.retry import RetryCallState, doubling, retrying
 from streams.settings import Settings
+from streams.telemetry.metrics import IngestMetrics
 
 log = logging.getLogger("peerwatch.ingest")
 

@@ -42,11 +42,11 @@ from streams.ingest.request_timer import request_timer
 from streams.ingest.security import WriteAuth, server_ssl_context
 from streams.ingest.series import SampleBatch, Series
 from streams.ingest.wal import WriteAheadLog
-from streams.kafka import KafkaLoginError
-from streams.metrics import IngestMetrics
+from streams.kafka.options import KafkaLoginError
+from streams.kafka.topics import ensure_topics
 from streams.retry import RetryCallState, doubling, retrying
 from streams.settings import Settings
-from streams.topics import ensure_topics
+from streams.telemetry.metrics import IngestMetrics
 
 log = logging.getLogger("peerwatch.ingest")
 

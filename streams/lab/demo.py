@@ -25,10 +25,10 @@ from rich.panel import Panel
 
 from detectors.features import DEFAULT_BUCKET_MS
 from streams.alerts_view import alerts_table, utc_clock, watch_alerts
+from streams.kafka.topics import ensure_topics
 from streams.lab.launchers import EmbeddedBroker, PeerwatchProcess, free_port, peerwatch_env
 from streams.lab.simulator import ClusterConfig, NvlinkBusFault, replay
 from streams.settings import Settings
-from streams.topics import ensure_topics
 
 BUCKET_MS = DEFAULT_BUCKET_MS
 

@@ -25,9 +25,9 @@ import httpx
 
 from detectors.features import DEFAULT_BUCKET_MS
 from detectors.vocabulary import AlertChange
-from streams.alerting import alert_annotations, alert_labels
 from streams.sinks.credentials import BearerAuth, without_userinfo
 from streams.sinks.outbox import Outbox, Outcome, alert_key, deliver_forever
+from streams.sinks.payloads import alert_annotations, alert_labels
 
 log = logging.getLogger("peerwatch.grafana")
 

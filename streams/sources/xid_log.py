@@ -5,7 +5,7 @@ Runs on a GPU node, fed by the kernel log, e.g.
 Only lines that parse as an XID are sent — ``NVRM: Xid`` lines and the
 driver's "GPU … has fallen off the bus" line (XID 79) — the rest of the kernel
 log stays on the node. Lines name the GPU by PCI bus id; the worker puts them
-on dcgm-exporter's GPU index (``streams.node_health``), so the same XID seen
+on dcgm-exporter's GPU index (``streams.worker.node_health``), so the same XID seen
 in the log and in DCGM is one alert. Each line is sent and acknowledged before the next is
 read, and a broker outage is retried, so a line read is a line delivered -- while the
 shipper lives. With ``xid_log_wal_dir`` (``--wal-dir``) each line is on disk (the ingest's
@@ -28,7 +28,7 @@ from aiokafka.errors import KafkaError
 
 from detectors.xid.kernel_log import parse_kernel_line
 from streams.ingest.wal import WriteAheadLog
-from streams.kafka import client_options, start_client
+from streams.kafka.options import client_options, start_client
 from streams.records import XidLine
 from streams.settings import Settings
 

@@ -22,8 +22,8 @@ import pytest
 import yaml
 from aiokafka import AIOKafkaConsumer
 
-from streams.advice import ADVICE_RECORD
 from streams.lab.launchers import PeerwatchProcess, Prometheus, free_port, peerwatch_env
+from streams.sinks.advice import ADVICE_RECORD
 from tests.integration.conftest import started
 
 T = TypeVar("T")

@@ -24,9 +24,9 @@ import pytest_asyncio
 
 from detectors.alerts import NODE_COLLAPSE, AlertParams, Observation, step_alerts
 from detectors.fusion import Signal
-from streams.alerting import to_payload
 from streams.lab.launchers import Alertmanager, free_port
 from streams.sinks.alertmanager import AlertmanagerSink, rfc3339
+from streams.sinks.payloads import to_payload
 from tests.integration import harness
 
 ARRIVE_TIMEOUT_S = 10.0

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
 
-from streams.advice import decode_advice
 from streams.frames import Frame, encode_frame
+from streams.sinks.advice import decode_advice
 from tests.integration.harness import Deployment, read_topic, wait_for
 from tests.integration.test_open_buckets import metric
 

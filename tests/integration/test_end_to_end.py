@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 from streams.lab.simulator import ClusterConfig, NvlinkBusFault, generate, replay
-from streams.offline import run_offline
 from streams.settings import Settings
+from streams.worker.offline import run_offline
 from tests.integration.harness import (
     Deployment,
     alerts_in_alertmanager,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
 
-from streams.advice import Advice, decode_advice
+from streams.sinks.advice import Advice, decode_advice
 from tests.integration.harness import Deployment, read_topic, wait_for
 from tests.integration.test_open_buckets import metric
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.kafka import KafkaLoginError, raise_if_login_refused
+from streams.kafka.options import KafkaLoginError, raise_if_login_refused
 from streams.lab.launchers import KafkaKRaft, PeerwatchProcess, free_port
 from streams.settings import Settings
 from tests.integration.conftest import started

@@ -20,9 +20,9 @@ import yaml
 from cloudcoil.models.prometheus_operator import v1 as operator
 from faust.auth import SASLCredentials
 
-from streams.kafka import client_options, faust_credentials
-from streams.metrics import IngestMetrics, WorkerMetrics
+from streams.kafka.options import client_options, faust_credentials
 from streams.settings import Settings, load_settings
+from streams.telemetry.metrics import IngestMetrics, WorkerMetrics
 from tests.integration.harness import make_tls_files
 from tests.integration.test_deploy_config import _run as run_tool
 

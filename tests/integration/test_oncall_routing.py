@@ -20,10 +20,10 @@ from aiohttp import web
 from detectors.alerts import NODE_COLLAPSE, NODE_DEVIATION, AlertChange
 from detectors.fusion import Signal
 from detectors.gpu_health import GpuHealthParams, GpuHealthState, step_gpu_health
-from streams.alerting import AlertLinks, to_payload
 from streams.catalog import load_xid_catalog
 from streams.lab.launchers import Alertmanager, free_port
 from streams.sinks.alertmanager import AlertmanagerSink
+from streams.sinks.payloads import AlertLinks, to_payload
 from tests.integration.conftest import start_or_fail
 
 CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "alertmanager" / "alertmanager.yml"

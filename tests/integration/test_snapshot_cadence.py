@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from streams.alerting import AlertLinks, to_record
 from streams.frames import Frame, encode_frame
-from streams.pipeline import Pipeline
 from streams.settings import Settings
+from streams.sinks.payloads import AlertLinks, to_record
+from streams.worker.pipeline import Pipeline
 from tests.integration.harness import Deployment, read_alert_records, wait_for
 
 BUCKET_MS = 30_000

@@ -15,8 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from detectors.fusion import NodeVerdict
 from streams.lab.launchers import Prometheus, free_port
-from streams.metrics import WorkerMetrics
-from streams.worker_health import WorkerHealth, serve_worker_http
+from streams.telemetry.metrics import WorkerMetrics
+from streams.worker.health import WorkerHealth, serve_worker_http
 from tests.integration.harness import prometheus_running, wait_for
 
 GROUPS, NODES = 3, 40

@@ -1,8 +1,8 @@
-"""streams.acks.BucketAcks: a frame is acked only once its bucket has closed."""
+"""streams.worker.acks.BucketAcks: a frame is acked only once its bucket has closed."""
 
 from __future__ import annotations
 
-from streams.acks import BucketAcks
+from streams.worker.acks import BucketAcks
 
 B = 30_000
 

@@ -22,9 +22,9 @@ from detectors.gpu_health import (
     active_gpu_alerts,
     step_gpu_health,
 )
-from streams.alerting import SUMMARIES, AlertLinks, alert_labels, to_payload, to_record
 from streams.catalog import load_xid_catalog
 from streams.settings import Settings
+from streams.sinks.payloads import SUMMARIES, AlertLinks, alert_labels, to_payload, to_record
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNBOOKS = ROOT / "docs" / "runbooks"

@@ -14,8 +14,8 @@ import yaml
 from detectors.failslow.alerts import STAGE_ACTIONS
 from detectors.families import REGISTRY, AlertFamily
 from detectors.remap import _ACTION, _SEVERITY
-from streams.alerting import SUMMARIES
 from streams.lab.evaluation.taxonomy import FAMILY_CLASSES, FAULT_CLASSES
+from streams.sinks.payloads import SUMMARIES
 from tests.unit.test_alert_links import _catalog_actions
 
 ROOT = Path(__file__).resolve().parents[2]

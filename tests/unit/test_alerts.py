@@ -339,7 +339,7 @@ def _collapse_run(gpus: list[str]):  # type: ignore[no-untyped-def]
 
 def test_a_node_alert_keeps_its_labels_while_its_worst_gpu_changes() -> None:
     """Alertmanager keys on the label set: one node incident, one label set until resolved."""
-    from streams.alerting import to_payload
+    from streams.sinks.payloads import to_payload
 
     steps = _collapse_run(["2", "5", "7"])
     sent = [to_payload(c) for s in steps for c in (*s.changes, *s.active)]

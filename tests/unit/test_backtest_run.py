@@ -1,5 +1,5 @@
 """The backtest runner: history chunks through the live frame builder and pipeline give the
-alerts the in-process path (``streams.offline``) gives on the same samples."""
+alerts the in-process path (``streams.worker.offline``) gives on the same samples."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 from streams.backtest.history import NoSeries, ParsedSeries, TimeRange
 from streams.backtest.run import run_backtest
 from streams.lab.simulator import ClusterConfig, NvlinkBusFault, generate
-from streams.offline import run_offline
-from streams.pipeline import Scored
 from streams.settings import Settings
+from streams.worker.offline import run_offline
+from streams.worker.pipeline import Scored
 
 MINUTE = 60_000
 T0 = 1_759_276_800_000

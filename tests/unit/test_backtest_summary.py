@@ -25,8 +25,8 @@ from streams.backtest.summary import (
     KnownEvent,
     load_events,
 )
-from streams.pipeline import Scored
-from streams.windows import ClosedBucket
+from streams.worker.pipeline import Scored
+from streams.worker.windows import ClosedBucket
 
 B = 30_000
 DAY = 86_400_000

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from bench import worker
-from streams.node_health import NodeHealth
-from streams.windows import GroupWindow
+from streams.worker.node_health import NodeHealth
+from streams.worker.windows import GroupWindow
 
 
 def test_every_group_closes_each_timed_bucket_and_groups_are_apart() -> None:

@@ -9,7 +9,7 @@ import pytest
 from streams.lab.chaos.faults import Fault, parse_faults
 from streams.lab.chaos.tally import Samples as SampleCounts
 from streams.lab.chaos.tally import decision_times, identity, scored_buckets, tally
-from streams.logs import log_formatter
+from streams.telemetry.logs import log_formatter
 
 B = 30_000
 COLLAPSE = {"alertname": "PeerwatchNodeCollapse", "group": "g", "node": "n1", "source": "peerwatch"}

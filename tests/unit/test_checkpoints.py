@@ -1,12 +1,12 @@
-"""streams.checkpoints.Checkpoints: a group's snapshot every K-th bucket, aligned on the
-bucket index, at once when urgent; with streams.acks, what a crash leaves to replay."""
+"""streams.worker.checkpoints.Checkpoints: a group's snapshot every K-th bucket, aligned on the
+bucket index, at once when urgent; with streams.worker.acks, what a crash leaves to replay."""
 
 from __future__ import annotations
 
 import pytest
 
-from streams.acks import BucketAcks
-from streams.checkpoints import Checkpoints
+from streams.worker.acks import BucketAcks
+from streams.worker.checkpoints import Checkpoints
 from tests.unit.test_acks import Event
 
 B = 30_000

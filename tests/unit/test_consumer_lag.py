@@ -5,8 +5,8 @@ from __future__ import annotations
 from faust.types import TP
 from prometheus_client import generate_latest
 
-from streams.app import frames_lag
-from streams.metrics import WorkerMetrics
+from streams.telemetry.metrics import WorkerMetrics
+from streams.worker.app import frames_lag
 
 
 def test_lag_is_the_end_offset_past_the_last_read_one() -> None:

@@ -22,8 +22,8 @@ from detectors.group import ScoringParams
 from streams.catalog import DEFAULT_FEATURES, load_xid_catalog
 from streams.cli import main
 from streams.ingest.builder import frame_builder_for
-from streams.pipeline import Pipeline
 from streams.settings import Settings, load_settings
+from streams.worker.pipeline import Pipeline
 
 B = 30_000
 T0 = 1_760_000_000_000 - 1_760_000_000_000 % B

@@ -1,7 +1,7 @@
 """Fail-slow wired end to end: frames → Pipeline → PeerwatchFailSlow / PeerwatchJobSlow, SLO export.
 
 The scenario tests run the scenario library's faults (reporting seed, so nothing
-here was tuned on them) through ``streams.offline.run_offline``, the worker's
+here was tuned on them) through ``streams.worker.offline.run_offline``, the worker's
 own code path. To keep the file fast each run is shortened: the fault keeps its
 drawn magnitude, node and in-bucket phase but starts 10 min into the run, the
 run stops 8 min after it, and the 60-node jobs are cut to 16 nodes (the
@@ -33,14 +33,14 @@ from detectors.failslow.mitigation import Advice, Stage
 from detectors.failslow.monitor import FailSlowVerdict
 from detectors.failslow.slo import SloSummary
 from detectors.fusion import Signal
-from streams.alerting import to_payload, to_record
 from streams.lab.simulator.config import ClusterConfig
 from streams.lab.simulator.run import generate
 from streams.lab.simulator.scenarios import REPORTING_SEEDS, get_scenario
-from streams.metrics import WorkerMetrics
-from streams.offline import build_pair, run_offline
-from streams.pipeline import Pipeline
 from streams.settings import Settings
+from streams.sinks.payloads import to_payload, to_record
+from streams.telemetry.metrics import WorkerMetrics
+from streams.worker.offline import build_pair, run_offline
+from streams.worker.pipeline import Pipeline
 
 SEED = REPORTING_SEEDS[0]
 SETTINGS = Settings(group_labels=["train_job"])

@@ -18,7 +18,7 @@ from detectors.state_codec import JsonState
 from detectors.vocabulary import Advice, AlertChange
 from detectors.xid.catalog import XidCatalog
 from streams.catalog import DEFAULT_FEATURES, load_xid_catalog
-from streams.pipeline import Pipeline, Scored
+from streams.worker.pipeline import Pipeline, Scored
 
 B = 30_000
 T0 = 1_760_000_000_000 - 1_760_000_000_000 % B

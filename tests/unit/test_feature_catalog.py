@@ -13,8 +13,8 @@ from detectors.alerts import NODE_DEVIATION
 from detectors.features import FeatureSpec, features_from_data, merge_features
 from streams.catalog import DEFAULT_FEATURES, features_for, load_feature_catalog
 from streams.ingest.series import Series
-from streams.offline import run_offline
 from streams.settings import load_settings
+from streams.worker.offline import run_offline
 
 FAN = """
 [[feature]]

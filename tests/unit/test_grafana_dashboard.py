@@ -10,8 +10,8 @@ import re
 
 import pytest
 
-from streams.metrics import IngestMetrics, WorkerMetrics
 from streams.settings import Settings
+from streams.telemetry.metrics import IngestMetrics, WorkerMetrics
 from tests import grafana_dashboard as gd
 
 DASHBOARD = gd.load()

@@ -9,10 +9,10 @@ from prometheus_client import generate_latest
 from detectors.alerts import AlertChange
 from detectors.group import ScoringParams
 from detectors.xid.catalog import XidCatalog
-from streams.alerting import to_payload
 from streams.catalog import DEFAULT_FEATURES, load_xid_catalog
-from streams.metrics import WorkerMetrics
-from streams.pipeline import Pipeline, Scored
+from streams.sinks.payloads import to_payload
+from streams.telemetry.metrics import WorkerMetrics
+from streams.worker.pipeline import Pipeline, Scored
 
 B = 30_000
 T0 = 1_760_000_000_000 - 1_760_000_000_000 % B

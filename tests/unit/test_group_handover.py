@@ -15,8 +15,8 @@ import httpx
 
 from detectors.group import ScoringParams
 from streams.catalog import DEFAULT_FEATURES, load_xid_catalog
-from streams.pipeline import Pipeline
 from streams.sinks.alertmanager import AlertmanagerSink
+from streams.worker.pipeline import Pipeline
 
 B = 30_000
 T0 = 1_760_000_000_000 - 1_760_000_000_000 % B

@@ -90,7 +90,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_sees_the_imports() -> None:
     graph = import_graph()
-    assert "streams.frames" in graph["streams.windows"]
+    assert "streams.frames" in graph["streams.worker.windows"]
     assert "streams.lab.simulator.config" in graph["streams.lab.simulator.traits"]
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 

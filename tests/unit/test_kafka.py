@@ -1,4 +1,4 @@
-"""streams.kafka and the kafka_* settings: one translation of the security settings for
+"""streams.kafka.options and the kafka_* settings: one translation of the security settings for
 aiokafka and Faust; half-configured security is refused; the password is never shown."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from faust.auth import SASLCredentials, SSLCredentials
 from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 from pydantic import ValidationError
 
-from streams.kafka import KafkaLoginError, client_options, describe, faust_credentials
+from streams.kafka.options import KafkaLoginError, client_options, describe, faust_credentials
 from streams.settings import Settings
 from tests.integration.harness import make_tls_files
 

@@ -16,8 +16,8 @@ from streams.ingest.remote_write import (
     encode_write_request,
 )
 from streams.ingest.series import Series
-from streams.metrics import IngestMetrics
 from streams.settings import Settings
+from streams.telemetry.metrics import IngestMetrics
 
 S = 1_000
 T0 = 1_700_000_010_000 // 30_000 * 30_000

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from streams.logs import configure_logging
+from streams.telemetry.logs import configure_logging
 
 
 @pytest.fixture

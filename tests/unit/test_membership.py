@@ -9,8 +9,8 @@ from streams.catalog import DEFAULT_FEATURES, load_xid_catalog
 from streams.frames import Frame, decode_frame, encode_frame
 from streams.ingest.builder import FrameBuilder
 from streams.ingest.series import Series
-from streams.pipeline import Pipeline
-from streams.windows import GroupWindow
+from streams.worker.pipeline import Pipeline
+from streams.worker.windows import GroupWindow
 
 
 def _procs(node: str, ts: int, job: str | None) -> Series:

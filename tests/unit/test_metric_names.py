@@ -12,8 +12,8 @@ from prometheus_client.registry import CollectorRegistry
 
 from detectors.failslow.slo import SloSummary
 from detectors.population import Composition
-from streams.metrics import IngestMetrics, WorkerMetrics
-from streams.process_metrics import peerwatch_version
+from streams.telemetry.metrics import IngestMetrics, WorkerMetrics
+from streams.telemetry.process_metrics import peerwatch_version
 
 # units Prometheus says to convert to their base unit (seconds, bytes, ratios)
 NOT_BASE_UNITS = ("hours", "minutes", "days", "ms", "milliseconds", "millis", "kb", "mb", "percent")

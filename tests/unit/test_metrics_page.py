@@ -15,8 +15,8 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from streams.metrics import WorkerMetrics
-from streams.pipeline import Scored
+from streams.telemetry.metrics import WorkerMetrics
+from streams.worker.pipeline import Scored
 from tests.unit.test_node_metrics import remap_rounds
 
 # what Prometheus 2.x sends (scrape_protocols' default)
@@ -28,7 +28,7 @@ MOVING = ("process_", "python_gc_")  # change between two renderings of the same
 
 
 def publish(m: WorkerMetrics, item: Scored) -> None:
-    """What the worker's ``publish`` exports of one scored bucket (``streams.app``)."""
+    """What the worker's ``publish`` exports of one scored bucket (``streams.worker.app``)."""
     group = item.bucket.group
     m.buckets.labels(group=group).inc()
     m.bucket_nodes.labels(group=group).set(len(item.bucket.frames))

@@ -1,4 +1,5 @@
-"""Per-GPU health follows the node across groups (streams.node_health through the Pipeline)."""
+"""Per-GPU health follows the node across groups
+(streams.worker.node_health through the Pipeline)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from detectors.group import ScoringParams
 from detectors.xid.events import XidEvent
 from detectors.xid.kernel_log import parse_kernel_line
 from streams.catalog import DEFAULT_FEATURES, load_xid_catalog
-from streams.node_health import split_by_node
-from streams.pipeline import Pipeline, Scored
+from streams.worker.node_health import split_by_node
+from streams.worker.pipeline import Pipeline, Scored
 
 B = 30_000
 T0 = 1_760_000_000_000 - 1_760_000_000_000 % B
@@ -202,7 +203,7 @@ def test_a_log_xid_of_a_node_that_moved_is_judged_in_its_new_group(catalog) -> N
 
 
 def test_a_log_xid_needs_its_node() -> None:
-    from streams.node_health import NodeHealth
+    from streams.worker.node_health import NodeHealth
 
     health = NodeHealth(load_xid_catalog("report"), GpuHealthParams())
     with pytest.raises(ValueError):
@@ -293,7 +294,7 @@ def test_the_pci_map_survives_a_restore(catalog) -> None:  # type: ignore[no-unt
 
 def test_a_node_handed_to_a_group_marks_that_group_once(catalog) -> None:  # type: ignore[no-untyped-def]
     """The worker writes the receiving group's snapshot at its next bucket
-    (streams.checkpoints): the giver's may since have been written without the node."""
+    (streams.worker.checkpoints): the giver's may since have been written without the node."""
     p = pipeline(catalog)
     for i in range(2):
         bucket(p, i, in_job())

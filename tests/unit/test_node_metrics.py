@@ -1,4 +1,5 @@
-"""The worker's per-node series (``streams.metrics.NodeSeries``): what the dashboard draws.
+"""The worker's per-node series (``streams.telemetry.metrics.NodeSeries``):
+what the dashboard draws.
 
 Each scored bucket replaces its group's series, so only current nodes, remaps and
 firing alerts are exported; a group's series go when it ends or moves.
@@ -16,10 +17,10 @@ from detectors.gpu_health import XID_ALERT
 from streams.lab.simulator.config import ClusterConfig
 from streams.lab.simulator.remap import UncorrectableRemap
 from streams.lab.simulator.run import generate
-from streams.metrics import WorkerMetrics, remapped_rows
-from streams.offline import score_rounds
-from streams.pipeline import Scored
 from streams.settings import Settings
+from streams.telemetry.metrics import WorkerMetrics, remapped_rows
+from streams.worker.offline import score_rounds
+from streams.worker.pipeline import Scored
 
 MINUTE = 60_000
 

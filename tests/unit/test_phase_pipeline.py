@@ -1,7 +1,7 @@
 """Checkpoint saves and restart loads through the worker's own path never page a healthy node.
 
 The simulator (its save cadence, first-save time, save length and restart-load knobs) →
-frames → ``Pipeline``, via ``streams.offline``. Jobs are cut to 16 nodes to keep the file
+frames → ``Pipeline``, via ``streams.worker.offline``. Jobs are cut to 16 nodes to keep the file
 fast; the phase rules scale per node, so the same thresholds apply.
 """
 
@@ -22,15 +22,15 @@ from detectors.alerts import (
 )
 from detectors.gpu_health import XID_ALERT
 from detectors.phase import PHASES
-from streams.alerting import alert_annotations, alert_labels
 from streams.lab.simulator.calibration import Calibration
 from streams.lab.simulator.conditions import PlannedRestart
 from streams.lab.simulator.config import METRIC_FAMILIES, ClusterConfig
 from streams.lab.simulator.faults import CHECKPOINT_SAVE, NvlinkBusFault
 from streams.lab.simulator.run import generate, ground_truth
-from streams.metrics import WorkerMetrics
-from streams.offline import run_offline, score_rounds
 from streams.settings import Settings
+from streams.sinks.payloads import alert_annotations, alert_labels
+from streams.telemetry.metrics import WorkerMetrics
+from streams.worker.offline import run_offline, score_rounds
 
 SETTINGS = Settings(group_labels=["train_job"])
 MINUTE = 60_000

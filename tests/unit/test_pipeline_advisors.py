@@ -11,8 +11,8 @@ from detectors.advisors.ledger import LedgerParams
 from detectors.group import ScoringParams
 from detectors.xid.events import XidEvent
 from streams.catalog import DEFAULT_FEATURES, load_xid_catalog
-from streams.metrics import WorkerMetrics
-from streams.pipeline import Pipeline, Scored
+from streams.telemetry.metrics import WorkerMetrics
+from streams.worker.pipeline import Pipeline, Scored
 
 B = 30_000
 T0 = 1_760_000_000_000 - 1_760_000_000_000 % B

@@ -1,5 +1,5 @@
 """The checkpoint advisors in the worker's own path: the simulator's series → the ingest's
-frame builder → ``Pipeline`` (as ``streams.offline`` runs them): saves, an ECC fail-stop,
+frame builder → ``Pipeline`` (as ``streams.worker.offline`` runs them): saves, an ECC fail-stop,
 its restart load, and what the advisors made of them against the simulator's plan, across
 a worker restart 40 min in (two saves and their interval are in the snapshot)."""
 
@@ -15,10 +15,10 @@ from detectors.vocabulary import Advice
 from streams.lab.simulator.config import ClusterConfig
 from streams.lab.simulator.faults import CHECKPOINT_SAVE, JOB_DEATH, RESTART_LOAD, EccFault
 from streams.lab.simulator.run import generate, ground_truth
-from streams.metrics import WorkerMetrics
-from streams.offline import build_pair
-from streams.pipeline import Pipeline
 from streams.settings import Settings
+from streams.telemetry.metrics import WorkerMetrics
+from streams.worker.offline import build_pair
+from streams.worker.pipeline import Pipeline
 
 MINUTE = 60_000
 SETTINGS = Settings(group_labels=["train_job"])

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from streams.pipeline import Pipeline
 from streams.settings import Settings
+from streams.worker.pipeline import Pipeline
 from tests.unit.test_quantile import json_sketches
 
 GOLDEN = json.loads((Path(__file__).parent / "data" / "snapshots" / "restart.json").read_text())

@@ -19,8 +19,8 @@ from streams.catalog import DEFAULT_FEATURES
 from streams.lab.simulator.config import DEFAULT_START_MS, ClusterConfig
 from streams.lab.simulator.faults import NvlinkBusFault
 from streams.lab.simulator.run import generate
-from streams.offline import run_offline, score_rounds
 from streams.settings import Settings
+from streams.worker.offline import run_offline, score_rounds
 
 BUSY = {"gpu_util": 99.0}
 IDLE = {"gpu_util": 0.0}

@@ -12,7 +12,7 @@ from bench.frames_equivalence import comparable
 from streams.ingest.remote_write import is_stale_marker
 from streams.lab.simulator.run import generate, generate_batches
 from streams.lab.simulator.scenarios import get_scenario
-from streams.offline import score_rounds
+from streams.worker.offline import score_rounds
 
 MINUTE_MS = 60_000
 

@@ -37,8 +37,8 @@ from detectors.state_codec import (
 from detectors.xid.escalation import EscalationParams
 from detectors.xid.gauge import XidGaugeParams
 from streams.catalog import load_xid_catalog
-from streams.pipeline import Pipeline
 from streams.settings import Settings
+from streams.worker.pipeline import Pipeline
 from tests.unit.test_quantile import json_sketches
 
 SNAPSHOTS = Path(__file__).parent / "data" / "snapshots"
@@ -320,7 +320,7 @@ SNAPSHOT_BYTES = {
 def test_snapshots_of_a_fixed_run_are_the_bytes_written_before(
     run: tuple[str, int, int, int],
 ) -> None:
-    from streams.app import STATE_CODEC
+    from streams.worker.app import STATE_CODEC
     from tests.unit.data.snapshots.make import snapshot
 
     digest = hashlib.sha256()

@@ -1,4 +1,4 @@
-"""streams.windows.GroupWindow: when a group's bucket closes, and what it closes with."""
+"""streams.worker.windows.GroupWindow: when a group's bucket closes, and what it closes with."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 import math
 
 from streams.catalog import DEFAULT_FEATURES
-from streams.windows import ClosedBucket, GroupWindow
+from streams.worker.windows import ClosedBucket, GroupWindow
 
 B = 30_000  # bucket length, ms
 GRACE_S = 20.0

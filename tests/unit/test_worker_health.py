@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
-from streams.metrics import WorkerMetrics
-from streams.worker_health import WorkerHealth
+from streams.telemetry.metrics import WorkerMetrics
+from streams.worker.health import WorkerHealth
 
 
 def transitions(caplog: pytest.LogCaptureFixture) -> list[str]:

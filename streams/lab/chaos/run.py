@@ -30,7 +30,6 @@ import httpx
 from aiokafka import AIOKafkaConsumer
 
 from detectors.features import DEFAULT_BUCKET_MS
-from streams.alerting import alert_labels
 from streams.ingest.series import Series
 from streams.lab.chaos.faults import Fault, parse_faults
 from streams.lab.chaos.proxy import StallingProxy
@@ -53,8 +52,9 @@ from streams.lab.launchers import (
     peerwatch_env,
 )
 from streams.lab.simulator import ClusterConfig, NvlinkBusFault, generate, post_remote_write
-from streams.offline import score_rounds
 from streams.settings import Settings
+from streams.sinks.payloads import alert_labels
+from streams.worker.offline import score_rounds
 
 log = logging.getLogger("peerwatch.chaos")
 
@@ -345,7 +345,8 @@ class _AlertmanagerWatch:
 
 
 async def _read_topic(bootstrap: str, topic: str, idle_s: float = 3.0) -> list[dict[str, Any]]:
-    """The alert records of ``topic`` (advice records, ``streams.advice``, are not decisions)."""
+    """The alert records of ``topic`` (not advice records, ``streams.sinks.advice``:
+    those are no decisions)."""
     consumer = AIOKafkaConsumer(
         topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
     )

@@ -7,7 +7,7 @@ Signals (no test hooks in the service):
   per bucket (unbounded); the alerts topic carries only changes. The log line
   is one line of code and what an operator would grep.
 - buckets and alerts expected: the same samples through the in-process
-  pipeline (``streams.offline``), which an integration test holds equal to
+  pipeline (``streams.worker.offline``), which an integration test holds equal to
   the live path in a run without faults.
 - alerts decided: the ``peerwatch.alerts`` topic.
 - alerts delivered: Alertmanager's ``GET /api/v2/alerts``, polled several
@@ -45,7 +45,7 @@ def epoch_ms(rfc3339: str) -> int:
 
 
 DECISION_LINE = re.compile(
-    # the workers' text format (streams.logs) leads with the time; Faust's used brackets
+    # the workers' text format (streams.telemetry.logs) leads with the time; Faust's used brackets
     r"^\[?(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]?.*? alert_(firing|resolved) "
     r"alertname=(\S+) group=(\S+) node=(\S+) bucket=(\d+)",
     re.M,

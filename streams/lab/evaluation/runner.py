@@ -2,7 +2,7 @@
 
 Each (scenario, seed) run: the simulator's scrape rounds go through the
 ingest's ``FrameBuilder`` and the worker's ``Pipeline`` in one process
-(``streams.offline``), exactly what the worker decides over Kafka; a
+(``streams.worker.offline``), exactly what the worker decides over Kafka; a
 row-remap creep, which spans weeks, also goes through the same per-GPU health
 detector on its coarse fast-path track. The alerts are scored against the
 run's ground truth (``streams.lab.evaluation.scoring``), with the worker
@@ -29,8 +29,8 @@ from streams.lab.evaluation.scoring import RunScore, score_run
 from streams.lab.simulator.remap import RemapSeries
 from streams.lab.simulator.run import generate_batches
 from streams.lab.simulator.scenarios import Scenario, get_scenario
-from streams.offline import score_rounds
 from streams.settings import Settings
+from streams.worker.offline import score_rounds
 
 
 @dataclass

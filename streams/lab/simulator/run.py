@@ -67,7 +67,7 @@ def generate_batches(
     config: ClusterConfig, start_ms: int | None = None, end_ms: int | None = None
 ) -> Iterator[tuple[int, SampleBatch]]:
     """``generate`` in columns (``ClusterSimulator.scrape_batch``): the same samples in the
-    same order, no ``Series``; ``streams.offline.score_rounds`` reads them as they are."""
+    same order, no ``Series``; ``streams.worker.offline.score_rounds`` reads them as they are."""
     return _rounds(config, start_ms, end_ms, ClusterSimulator.scrape_batch)
 
 

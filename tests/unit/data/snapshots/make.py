@@ -17,9 +17,9 @@ from pathlib import Path
 from streams.lab.simulator.config import ClusterConfig
 from streams.lab.simulator.run import generate
 from streams.lab.simulator.scenarios import REPORTING_SEEDS, get_scenario
-from streams.offline import build_pair
-from streams.pipeline import Pipeline
 from streams.settings import Settings
+from streams.worker.offline import build_pair
+from streams.worker.pipeline import Pipeline
 
 HERE = Path(__file__).parent
 SETTINGS = Settings(group_labels=["train_job"])

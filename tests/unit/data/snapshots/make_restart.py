@@ -18,8 +18,8 @@ from typing import Any
 from make import SETTINGS, shortened  # type: ignore[import-not-found]
 
 from streams.lab.simulator.run import generate
-from streams.offline import build_pair
-from streams.pipeline import Pipeline
+from streams.worker.offline import build_pair
+from streams.worker.pipeline import Pipeline
 
 HERE = Path(__file__).parent
 # (scenario, nodes, minutes before the restart, minutes after it, fault onset minute)

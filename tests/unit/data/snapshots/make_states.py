@@ -19,7 +19,7 @@ from typing import Any
 
 from make import snapshot  # type: ignore[import-not-found]
 
-from streams.pipeline import Pipeline
+from streams.worker.pipeline import Pipeline
 
 HERE = Path(__file__).parent
 # Written by Pipeline.snapshot after every bucket (mutable trackers and state).

@@ -22,7 +22,7 @@ from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from streams.metrics import WorkerMetrics
+from streams.telemetry.metrics import WorkerMetrics
 
 log = logging.getLogger("peerwatch.worker")
 

@@ -2,9 +2,9 @@
 
 Faust calls its monitor for every message and stream event (counters by topic, by
 stream and by task name, a timing dict per event, a latency history). Nothing of the
-worker reads those: its figures are its own (``streams.metrics``) and Faust's web
+worker reads those: its figures are its own (``streams.telemetry.metrics``) and Faust's web
 views are off. What is read stays: ``tp_read_offsets`` (the consumer lag,
-``streams.app.frames_lag``) and ``stream_inbound_time`` (Faust's warning that a
+``streams.worker.app.frames_lag``) and ``stream_inbound_time`` (Faust's warning that a
 partition's stream stopped processing). Commits, sends and rebalances, a few a
 second, keep Faust's bookkeeping.
 """

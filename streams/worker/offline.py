@@ -17,8 +17,8 @@ from streams.frames import Frame
 from streams.gc_pause import gc_paused
 from streams.ingest.builder import FrameBuilder, frame_builder_for
 from streams.ingest.series import SampleBatch, Series
-from streams.pipeline import Pipeline, Scored
 from streams.settings import Settings
+from streams.worker.pipeline import Pipeline, Scored
 
 
 @dataclass

@@ -3,14 +3,14 @@
 A group's snapshot (``Pipeline.snapshot``, ~275 KB for 60 nodes) was encoded and
 produced to the ``group-state`` changelog after each of its buckets. Written every
 ``every_buckets`` buckets instead, the frames since the last one stay un-acked
-(``streams.acks``): a killed worker's successor restores the older snapshot and Kafka
+(``streams.worker.acks``): a killed worker's successor restores the older snapshot and Kafka
 re-delivers those frames, which are scored again from it. Nothing is lost; the price
 is up to ``every_buckets`` buckets of replay per group after a crash or rebalance.
 
 The cadence is aligned on the bucket index (``ts // bucket_ms``): the snapshot is
 written when a group's bucket of index K-1, 2K-1, ... (or the first after it) closes, so
 every group checkpoints on the same buckets and the per-node GPU state handed between groups
-(``streams.node_health``) is saved by both at one point of the stream. A snapshot is
+(``streams.worker.node_health``) is saved by both at one point of the stream. A snapshot is
 written at once, off the cadence, when
 
 * the buckets just scored changed an alert or gave advice: a successor would re-send

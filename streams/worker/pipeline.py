@@ -9,7 +9,7 @@ changelogged Faust table, each family's part under its own keys.
 Per group and closed bucket the detector families (``detectors.family``) run in
 turn, each seeing what the earlier ones found: the peer scoring
 (``detectors.peer_scoring``), per-GPU health (``detectors.gpu_health``, kept per
-node and following it across groups: ``streams.node_health``) and fail-slow
+node and following it across groups: ``streams.worker.node_health``) and fail-slow
 (``detectors.failslow.family``: the job's throughput from its trainer metrics,
 change points, culprit localisation among the group's nodes, staged advice,
 throughput-SLO accounting, and the ``PeerwatchFailSlow`` / ``PeerwatchJobSlow``
@@ -54,9 +54,9 @@ from detectors.vocabulary import Advice, AlertChange, AlertKey, Labels
 from detectors.xid.catalog import XidCatalog
 from detectors.xid.events import XidEvent
 from streams.catalog import features_for, load_xid_catalog
-from streams.node_health import NodeGpuHealth, NodeHealth
 from streams.settings import Settings
-from streams.windows import GroupWindow
+from streams.worker.node_health import NodeGpuHealth, NodeHealth
+from streams.worker.windows import GroupWindow
 
 _T = TypeVar("_T")
 

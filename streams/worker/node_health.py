@@ -178,7 +178,8 @@ class NodeHealth:
 
     def take_handed(self, group: str) -> bool:
         """Whether a node was handed to ``group`` from another group since the last call (the
-        worker then writes the group's snapshot at its next bucket: ``streams.checkpoints``)."""
+        worker then writes the group's snapshot at its next bucket:
+        ``streams.worker.checkpoints``)."""
         if group in self._handed:
             self._handed.discard(group)
             return True

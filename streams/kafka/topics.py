@@ -13,7 +13,7 @@ import logging
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
-from streams.kafka import client_options, raise_if_login_refused
+from streams.kafka.options import client_options, raise_if_login_refused
 from streams.retry import RetryCallState, growing, retrying
 from streams.settings import Settings
 

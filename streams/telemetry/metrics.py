@@ -18,8 +18,8 @@ from detectors.gpu_health import XID_ALERT
 from detectors.phase import PHASES
 from detectors.population import Composition
 from detectors.vocabulary import Advice, AlertChange
-from streams.group_gauges import GroupGauge, exposition
-from streams.process_metrics import register_process_metrics
+from streams.telemetry.group_gauges import GroupGauge, exposition
+from streams.telemetry.process_metrics import register_process_metrics
 
 log = logging.getLogger("peerwatch.ingest")
 

@@ -1,12 +1,13 @@
-"""The worker's Faust monitor and producer/consumer settings (streams.lean_monitor, create_app)."""
+"""The worker's Faust monitor and producer/consumer settings
+(streams.worker.monitor, create_app)."""
 
 from __future__ import annotations
 
 from faust.types import TP
 
-from streams.app import create_app
-from streams.lean_monitor import LeanMonitor
 from streams.settings import Settings
+from streams.worker.app import create_app
+from streams.worker.monitor import LeanMonitor
 
 FRAMES = TP("peerwatch.frames", 2)
 
@@ -38,6 +39,6 @@ def test_the_worker_fetches_big_and_sends_its_snapshots_at_once() -> None:
     conf = app.conf
     assert isinstance(app.monitor, LeanMonitor)
     # no linger: a snapshot waiting in the producer while its frames are committed is lost
-    # to the next owner after a rebalance (streams.app.FAUST_THROUGHPUT)
+    # to the next owner after a rebalance (streams.worker.app.FAUST_THROUGHPUT)
     assert app.producer.linger_ms == 0
     assert conf.consumer_max_fetch_size > 1024**2

@@ -231,7 +231,7 @@ class GroupWindow:
 
     # Membership and progress survive a worker restart (kept in a Faust table).
     # Open buckets are not in the snapshot: the worker acks their frames only once
-    # they close (streams.acks), so after a crash Kafka delivers them again.
+    # they close (streams.worker.acks), so after a crash Kafka delivers them again.
     def snapshot(self) -> dict[str, Any]:
         return {
             "closed_upto": self.closed_upto,

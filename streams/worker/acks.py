@@ -3,7 +3,7 @@
 Faust commits a partition's offset up to the first event not yet acked. The
 worker acks a frame only once the bucket it went into is closed, scored and a
 snapshot of the group's state covering it written to its table (every K-th bucket:
-``streams.checkpoints``); until then the frame sits in worker memory only. So a
+``streams.worker.checkpoints``); until then the frame sits in worker memory only. So a
 crash (or a rebalance: Faust seeks to the committed offsets) re-delivers the frames
 of still-open buckets and of closed ones not checkpointed yet: they merge again
 (merging is idempotent) and are scored again from the restored snapshot, while

@@ -5,8 +5,8 @@ is always handled by one worker, in order. Per-group detector state and window
 membership live in the changelogged table ``group-state`` (co-partitioned with
 the frames topic), so a restarted worker continues with its learned state.
 Open buckets are not saved: a frame is acked only once a snapshot written after its
-bucket was scored covers it (``streams.acks``; a group's snapshot is written every
-``snapshot_every_buckets`` buckets: ``streams.checkpoints``), so a crash re-delivers the
+bucket was scored covers it (``streams.worker.acks``; a group's snapshot is written every
+``snapshot_every_buckets`` buckets: ``streams.worker.checkpoints``), so a crash re-delivers the
 frames of open buckets and of those scored since the last snapshot.
 
 Quiet groups: a bucket must close even if no further frame arrives. A 1-s timer
@@ -32,23 +32,23 @@ from faust.types import TP
 from detectors.advisors.jobs import JobEvent, JobEventError
 from detectors.vocabulary import Advice
 from detectors.xid.kernel_log import parse_kernel_line
-from streams.acks import BucketAcks
-from streams.advice import advice_key, advice_record
-from streams.alerting import AlertLinks, to_payload, to_record
-from streams.checkpoints import Checkpoints
 from streams.frames import Frame, FrameError, decode_frame, encode_frame
-from streams.kafka import faust_credentials
-from streams.lean_monitor import LeanMonitor
-from streams.metrics import WorkerMetrics
-from streams.pipeline import Pipeline, Scored
+from streams.kafka.options import faust_credentials
+from streams.kafka.topics import ensure_topics
 from streams.records import AlertRecord, XidLine
 from streams.settings import Settings
+from streams.sinks.advice import advice_key, advice_record
 from streams.sinks.alertmanager import AlertmanagerSink
 from streams.sinks.credentials import access_for
 from streams.sinks.grafana import GrafanaSink
 from streams.sinks.outbox import open_outbox
-from streams.topics import ensure_topics
-from streams.worker_health import WorkerHealth, serve_worker_http
+from streams.sinks.payloads import AlertLinks, to_payload, to_record
+from streams.telemetry.metrics import WorkerMetrics
+from streams.worker.acks import BucketAcks
+from streams.worker.checkpoints import Checkpoints
+from streams.worker.health import WorkerHealth, serve_worker_http
+from streams.worker.monitor import LeanMonitor
+from streams.worker.pipeline import Pipeline, Scored
 
 log = logging.getLogger("peerwatch.worker")
 
@@ -59,7 +59,7 @@ KAFKA_PROBE_EVERY_S = 5.0  # readiness asks Kafka for the frames topic's offsets
 LAG_EVERY_S = 10.0  # how often the frames topic's end offsets are asked for (consumer lag)
 # The per-message costs outside the Pipeline (bench.worker_kafka; README): fetches of 4 MB
 # a partition (Faust: 1 MB) take a bucket's frames in fewer round trips, and Faust's
-# per-event monitor counters are read by nothing here (streams.lean_monitor). The producer
+# per-event monitor counters are read by nothing here (streams.worker.monitor). The producer
 # keeps Faust's linger (0) and batch size: with 50 ms / 512 KB a rebalance could find a
 # group's last snapshot still in the old owner's producer while the frames it covers were
 # committed (test_scale_out: a bucket short of a frame, buckets never scored).
@@ -121,7 +121,7 @@ def create_app(
         value_type=AlertRecord,
         partitions=settings.topic_partitions,
     )
-    # advice shares the alerts topic as its own JSON record (streams.advice)
+    # advice shares the alerts topic as its own JSON record (streams.sinks.advice)
     advice_topic = app.topic(
         settings.topic_alerts, key_type=str, value_type=bytes, value_serializer="raw"
     )
@@ -226,7 +226,7 @@ def create_app(
             sink.submit(to_payload(c, links) for c in scored.changes)
             sink.keep_firing(to_payload(a, links) for a in scored.active)
 
-    held = BucketAcks()  # frames not covered by a written snapshot yet (streams.acks)
+    held = BucketAcks()  # frames not covered by a written snapshot yet (streams.worker.acks)
     checkpoints = Checkpoints(settings.snapshot_every_buckets, settings.bucket_ms)
     partition_of: dict[str, int] = {}  # group -> the frames partition it arrives on
     owned: set[int] = set()  # frames partitions assigned to this worker
@@ -335,7 +335,7 @@ def create_app(
 
     def checkpoint(group: str, scored: list[Scored]) -> None:
         # Off the cadence when re-scoring these buckets after a crash would re-send what
-        # they decided, or when a node was handed to the group (streams.checkpoints).
+        # they decided, or when a node was handed to the group (streams.worker.checkpoints).
         urgent = any(s.changes or s.advice for s in scored)
         urgent = pipeline.node_health.take_handed(group) or urgent
         closed_upto = pipeline.window(group).closed_upto

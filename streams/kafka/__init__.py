@@ -1,0 +1,1 @@
+"""Kafka plumbing every process shares: client options (log-in) and topic creation."""

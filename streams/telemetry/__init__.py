@@ -1,0 +1,1 @@
+"""peerwatch's own metrics and logs, shared by every process."""

@@ -1,0 +1,1 @@
+"""The worker: frames in from Kafka, scored per group's bucket, alerts out (Faust)."""
