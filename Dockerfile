@@ -1,23 +1,24 @@
 # syntax=docker/dockerfile:1
 # Build wheels in one stage, install them into a slim runtime as a non-root user.
 # The default target is the service (ingest, worker, xid-log, backtest with its HTML
-# report, hence matplotlib: the plot extra): streams/lab (simulator,
-# evaluation, demo, launchers) is left out of its wheel. `--target lab` adds the lab
-# (the compose stack's simulator uses it).
+# report, hence matplotlib: the plot extra), its wheel built without streams/lab
+# (simulator, evaluation, demo, launchers): PEERWATCH_SERVICE_ONLY=1, setup.py.
+# `--target lab` adds the lab (the compose stack's simulator uses it).
 FROM python:3.11-slim AS build
-# The compiled remote_write decoder (native/) needs Rust and a C linker, in this stage only.
+# The compiled remote_write decoder (native/, built into peerwatch's wheel by
+# setuptools-rust) needs Rust and a C linker, in this stage only.
 COPY --from=rust:1-slim /usr/local/cargo /usr/local/cargo
 COPY --from=rust:1-slim /usr/local/rustup /usr/local/rustup
 ENV CARGO_HOME=/usr/local/cargo RUSTUP_HOME=/usr/local/rustup PATH=/usr/local/cargo/bin:$PATH
 RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY streams ./streams
 COPY detectors ./detectors
 COPY native ./native
-RUN cp -r /src /service && rm -rf /service/streams/lab \
-    && pip wheel --no-cache-dir --wheel-dir /wheels "/service[plot]" ./native \
+COPY scripts/build-service-wheels ./scripts/
+RUN scripts/build-service-wheels /wheels '[plot]' \
     && pip wheel --no-cache-dir --no-deps --wheel-dir /lab-wheels .
 
 FROM python:3.11-slim AS runtime

@@ -16,11 +16,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from rich import box
 from rich.console import Console, Group
 from rich.live import Live
 from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 
 from detectors.features import DEFAULT_BUCKET_MS
 from streams.kafka.options import client_options, start_client
@@ -34,7 +36,13 @@ def _signal_text(signal: dict) -> str:
     z = signal.get("z")
     if isinstance(z, (int, float)) and z == z:
         return f"{signal['feature']} z={z:+.1f}"
-    return f"{signal['feature']}={signal.get('value')}"
+    value = signal.get("value")
+    shown = f"{value:.4g}" if isinstance(value, float) else value
+    return f"{signal['feature']}={shown}"
+
+
+SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow"}
+"""The alert's name in its severity's colour: a severity column would not fit 80 columns."""
 
 
 def utc_clock(ms: int, fmt: str = "%H:%M:%S") -> str:
@@ -52,10 +60,13 @@ def alerts_table(
     """The newest ``rows`` records. With ``xid_bucket_ms`` (the demo knows when it injected
     its fault) a column says how many buckets before or after it each alert came;
     without, the alert's peer group."""
-    table = Table(expand=True)
-    relative = "bucket vs XID" if xid_bucket_ms is not None else "group"
-    for col in ("time (UTC)", "status", "alert", "node", "severity", relative, "signals"):
-        table.add_column(col, overflow="fold")
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("time", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("alert", no_wrap=True)  # its severity's colour (SEVERITY_STYLE)
+    table.add_column("node", no_wrap=True)
+    table.add_column("vs XID" if xid_bucket_ms is not None else "group", overflow="fold")
+    table.add_column("signals", overflow="fold")
     # Partitions are read in no particular order: rows go by bucket (stable: ties by arrival).
     for a in sorted(alerts, key=_bucket)[-rows:]:
         labels = a.get("labels", {})
@@ -64,14 +75,15 @@ def alerts_table(
             where = f"{(bucket - xid_bucket_ms) // bucket_ms:+d}"
         else:
             where = labels.get("group", "-")
-        sigs = ", ".join(_signal_text(sig) for sig in (a.get("signals") or [])[:3])
-        style = "red" if a.get("status") == "firing" else "green"
+        # one signal a line: a long feature name wraps on its own, not into its neighbour's
+        sigs = "\n".join(_signal_text(sig) for sig in (a.get("signals") or [])[:3])
+        status = a.get("status", "")
+        name = labels.get("alertname", "").removeprefix("Peerwatch")
         table.add_row(
             utc_clock(bucket, time_format),
-            f"[{style}]{a.get('status')}[/{style}]",
-            labels.get("alertname", ""),
+            Text(status, style="red" if status == "firing" else "green"),
+            Text(name, style=SEVERITY_STYLE.get(labels.get("severity", ""), "")),
             labels.get("node", "-"),
-            labels.get("severity", ""),
             where,
             sigs,
         )
@@ -121,10 +133,11 @@ def decode_alert(value: bytes | None) -> dict | None:
     return record
 
 
-async def alerts_consumer(settings: Settings) -> AIOKafkaConsumer:
-    """A started consumer of the alerts topic (stopped again if it cannot start)."""
+async def alerts_consumer(settings: Settings, *, subscribe: bool = True) -> AIOKafkaConsumer:
+    """A started consumer of the alerts topic (stopped again if it cannot start);
+    ``subscribe=False``: started with no partition, for the caller to assign."""
     consumer = AIOKafkaConsumer(
-        settings.topic_alerts,
+        *([settings.topic_alerts] if subscribe else []),
         **client_options(settings),
         auto_offset_reset="earliest",
         enable_auto_commit=False,
@@ -148,16 +161,28 @@ async def watch_alerts(settings: Settings, on_alert: Callable[[dict], None]) -> 
         await consumer.stop()
 
 
-async def read_alerts(settings: Settings, idle_s: float = 2.0) -> AlertLog:
-    """The records the topic holds now (read until ``idle_s`` passes without one)."""
-    consumer = await alerts_consumer(settings)
+async def read_alerts(settings: Settings, timeout_s: float = 30.0) -> AlertLog:
+    """The records the topic holds now: each partition read up to its end offset as of the
+    start (no wait for silence), within ``timeout_s``."""
+    consumer = await alerts_consumer(settings, subscribe=False)
     log = AlertLog()
     try:
-        while batch := await consumer.getmany(timeout_ms=int(idle_s * 1000)):
-            for messages in batch.values():
-                for msg in messages:
-                    if (record := decode_alert(msg.value)) is not None:
-                        log.add(record)
+        await consumer.topics()  # metadata: the topic's partitions
+        numbers = consumer.partitions_for_topic(settings.topic_alerts) or set()
+        partitions = [TopicPartition(settings.topic_alerts, n) for n in sorted(numbers)]
+        consumer.assign(partitions)
+        ends = await consumer.end_offsets(partitions)
+        left = {tp: end for tp, end in ends.items() if end > 0}
+        async with asyncio.timeout(timeout_s):
+            while left:
+                batch = await consumer.getmany(*left, timeout_ms=1_000)
+                for messages in batch.values():
+                    for msg in messages:
+                        if (record := decode_alert(msg.value)) is not None:
+                            log.add(record)
+                for tp in list(left):
+                    if await consumer.position(tp) >= left[tp]:
+                        del left[tp]
     finally:
         await consumer.stop()
     return log

@@ -138,6 +138,11 @@ class Settings(BaseSettings):
     ingest_body_timeout_s: float = Field(
         30.0, gt=0, description="a write whose body takes longer to arrive gets 503"
     )
+    ingest_access_log: bool = Field(
+        False,
+        description="one log line per HTTP request (a fleet writes thousands a second; "
+        "off: errors and refusals are logged either way)",
+    )
     # cardinality guards (issue 9): past a limit, the samples of a *new* series / node /
     # group member drop, counted in peerwatch_ingest_samples{outcome=*_limit} and logged
     ingest_decoder: Literal["auto", "native", "python"] = Field(

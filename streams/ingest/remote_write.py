@@ -65,10 +65,15 @@ NATIVE_AVAILABLE = _NativeDecoder is not None
 _native_by_default = NATIVE_AVAILABLE  # ``native=None``; the tests run both ways
 DECODER_CHOICES: dict[str, bool | None] = {"auto": None, "native": True, "python": False}
 """``ingest_decoder`` -> ``WriteRequestDecoder(native=...)``."""
+NOT_INSTALLED = (
+    "the compiled remote_write decoder (peerwatch_native) is not installed: it builds with "
+    "peerwatch where cargo is on PATH at install time, or comes as a wheel (README, Install)"
+)
 
 __all__ = [
     "DECODER_CHOICES",
     "NATIVE_AVAILABLE",
+    "NOT_INSTALLED",
     "STALE_NAN",
     "STALE_NAN_BITS",
     "RemoteWriteError",
@@ -247,10 +252,7 @@ class WriteRequestDecoder:
         if native is None:
             native = _native_by_default and _NativeDecoder is not None
         if native and _NativeDecoder is None:
-            raise RuntimeError(
-                "the compiled decoder is not installed (pip install -e native); "
-                "set ingest_decoder to python or auto"
-            )
+            raise RuntimeError(f"{NOT_INSTALLED}; set ingest_decoder to python or auto")
         self._native = (
             None
             if _NativeDecoder is None or not native

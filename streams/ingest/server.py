@@ -37,7 +37,13 @@ from streams.frames import Frame
 from streams.ingest.builder import AddStats, frame_builder_for
 from streams.ingest.membership import MembershipFollower
 from streams.ingest.producer import FrameProducer
-from streams.ingest.remote_write import DECODER_CHOICES, RemoteWriteError, WriteRequestDecoder
+from streams.ingest.remote_write import (
+    DECODER_CHOICES,
+    NATIVE_AVAILABLE,
+    NOT_INSTALLED,
+    RemoteWriteError,
+    WriteRequestDecoder,
+)
 from streams.ingest.request_timer import request_timer
 from streams.ingest.security import WriteAuth, server_ssl_context
 from streams.ingest.series import SampleBatch, Series
@@ -359,7 +365,10 @@ def _newest_ts(series: SampleBatch | list[Series]) -> int | None:
 
 
 def build_ingest(settings: Settings) -> Ingest:
-    metrics = IngestMetrics()
+    native = DECODER_CHOICES[settings.ingest_decoder]
+    metrics = IngestMetrics(
+        decoder="native" if native or (native is None and NATIVE_AVAILABLE) else "python"
+    )
     producer = FrameProducer(
         settings,
         settings.topic_frames,
@@ -369,8 +378,19 @@ def build_ingest(settings: Settings) -> Ingest:
     return Ingest(settings, producer, metrics)
 
 
+def say_decoder(decoder: WriteRequestDecoder) -> None:
+    """The start-up line naming the remote_write decoder in use, a warning on the fallback."""
+    if decoder.native:
+        log.info("ingest_decoder decoder=native")
+    elif NATIVE_AVAILABLE:
+        log.info("ingest_decoder decoder=python (ingest_decoder=python)")
+    else:  # an install without cargo: a fifth of the compiled decoder's rate, say so
+        log.warning("ingest_decoder decoder=python: %s", NOT_INSTALLED)
+
+
 def run_ingest(settings: Settings) -> None:
     ingest = build_ingest(settings)
+    say_decoder(ingest.decoder)
     ssl_context = server_ssl_context(settings)
     log.info(
         "ingest_listening host=%s port=%d tls=%s auth=%s",
@@ -384,6 +404,7 @@ def run_ingest(settings: Settings) -> None:
         host=settings.ingest_host,
         port=settings.ingest_port,
         ssl_context=ssl_context,
+        access_log=web.access_logger if settings.ingest_access_log else None,
         print=None,
         handle_signals=True,
     )

@@ -46,12 +46,13 @@ LIMIT_LOG_EVERY_S = 60.0  # a cardinality limit's drops are logged at most this 
 @dataclass
 class IngestMetrics:
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    decoder: str | None = None  # the remote_write decoder in use (build info's label)
     # limit reason -> (time of its last log line, samples dropped since); see ``count_samples``
     _limit_log: dict[str, tuple[float, int]] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         r = self.registry
-        register_process_metrics(r)
+        register_process_metrics(r, self.decoder)
         self.requests = Counter(
             "peerwatch_ingest_requests",
             "remote_write requests by HTTP status",

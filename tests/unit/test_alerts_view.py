@@ -54,3 +54,32 @@ def test_what_is_no_alert_record_is_left_out(value: bytes | None) -> None:
 def test_an_alert_record_is_read() -> None:
     value = json.dumps(record("n1", "firing", 100) | {"signals": [{"feature": "f", "z": 1}]})
     assert decode_alert(value.encode())["labels"]["node"] == "n1"
+
+
+def test_the_table_reads_at_80_columns() -> None:
+    """Names whole (no ``Peerwatch`` prefix), one signal a line, values rounded."""
+    collapse = {
+        "status": "firing",
+        "labels": {"alertname": "PeerwatchNodeCollapse", "node": "gpu084", "severity": "critical"},
+        "bucket_ts": 3_000_000,
+        "signals": [
+            {"feature": "gpu_util", "z": -50.0},
+            {"feature": "gpu_power_w", "z": -26.2},
+            {"feature": "intr_rate", "z": -19.08},
+        ],
+    }
+    deviation = {
+        "status": "resolved",
+        "labels": {"alertname": "PeerwatchNodeDeviation", "node": "gpu012"},
+        "bucket_ts": 3_030_000,
+        "signals": [{"feature": "pgpgout_rate", "value": 50.38273799161797}],
+    }
+    console = Console(width=80, record=True)
+    console.print(alerts_table([collapse, deviation], xid_bucket_ms=3_000_000, bucket_ms=30_000))
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= 80
+    text = "\n".join(lines)
+    for whole in ("NodeCollapse", "NodeDeviation", "gpu_util z=-50.0", "intr_rate z=-19.1"):
+        assert whole in text
+    assert "pgpgout_rate=50.38" in text and "50.382" not in text
+    assert "Peerwatch" not in text

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 
 import pytest
@@ -12,6 +13,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from detectors.failslow.slo import SloSummary
 from detectors.population import Composition
+from streams.ingest.remote_write import NATIVE_AVAILABLE
 from streams.telemetry.metrics import IngestMetrics, WorkerMetrics
 from streams.telemetry.process_metrics import peerwatch_version
 
@@ -60,6 +62,7 @@ def test_standard_collectors_and_build_info(process: str, registry: CollectorReg
     (line,) = [ln for ln in text.splitlines() if ln.startswith("peerwatch_build_info{")]
     assert f'version="{peerwatch_version()}"' in line
     assert re.search(r'python="3\.\d+\.\d+"', line), line
+    assert f'decoder="{"native" if NATIVE_AVAILABLE else "python"}"' in line
     assert line.endswith(" 1.0")
 
 
@@ -98,3 +101,24 @@ def test_forget_group_removes_every_per_group_series() -> None:
     text = generate_latest(metrics.registry).decode()
     assert 'group="job-a"' not in text
     assert 'group="job-b"' in text
+
+
+def test_the_ingest_names_its_decoder_at_start_and_warns_on_the_fallback(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from streams.ingest import server
+    from streams.ingest.remote_write import WriteRequestDecoder
+
+    caplog.set_level(logging.INFO, logger=server.log.name)
+    server.say_decoder(WriteRequestDecoder(native=False))
+    monkeypatch.setattr(server, "NATIVE_AVAILABLE", False)  # an install built without cargo
+    server.say_decoder(WriteRequestDecoder(native=False))
+    first, fallback = caplog.records
+    if NATIVE_AVAILABLE:
+        assert first.levelno == logging.INFO
+        assert first.getMessage() == "ingest_decoder decoder=python (ingest_decoder=python)"
+    assert fallback.levelno == logging.WARNING
+    assert "decoder=python: the compiled remote_write decoder" in fallback.getMessage()
+    assert "not installed" in fallback.getMessage()
+    text = generate_latest(IngestMetrics(decoder="python").registry).decode()
+    assert 'decoder="python"' in text
