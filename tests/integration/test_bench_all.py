@@ -11,7 +11,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.long
 def test_the_runner_runs_the_e2e_bench_at_smoke_size(kafka_bootstrap: str) -> None:
     run = subprocess.run(
         [sys.executable, "-m", "bench", "--smoke", "--only", "e2e", "--kafka", kafka_bootstrap],

@@ -31,6 +31,7 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_stops_the_broker_the_ingest_and_the_load_generator_too(
     sig: signal.Signals,

@@ -11,6 +11,7 @@ from bench import worker as inproc
 from bench import worker_kafka
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("every", [1, 2])  # 2: acks lag a bucket behind the scoring
 def test_workers_count_every_frame_sent_once_they_settled(
     kafka_bootstrap: str, tmp_path: Path, every: int

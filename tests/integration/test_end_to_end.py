@@ -15,6 +15,8 @@ import asyncio
 import time
 from pathlib import Path
 
+import pytest
+
 from streams.lab.simulator import ClusterConfig, NvlinkBusFault, generate, replay
 from streams.settings import Settings
 from streams.worker.offline import run_offline
@@ -45,6 +47,7 @@ def scenario(job: str, fault_after_min: int = 40) -> tuple[ClusterConfig, int]:
     return config, onset // BUCKET_MS * BUCKET_MS
 
 
+@pytest.mark.long
 async def test_only_the_faulty_node_alerts_at_or_before_its_xid(
     kafka_bootstrap: str, alertmanager_url: str, tmp_path: Path
 ) -> None:

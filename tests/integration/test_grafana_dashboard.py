@@ -92,6 +92,7 @@ def test_every_panel_query_parses_as_promql(tmp_path: Path) -> None:
         assert done.returncode == 0, f"{where}: {done.stdout}{done.stderr}"
 
 
+@pytest.mark.long
 async def test_every_panel_query_returns_data(
     deployment: Deployment, prometheus: Prometheus
 ) -> None:

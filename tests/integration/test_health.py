@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment as MemberAssignment
 
@@ -111,6 +112,7 @@ def test_json_logs_cover_the_ingest_and_its_http_lines(kafka_bootstrap: str, tmp
     assert any(r["message"].startswith("ingest_listening") for r in records)
 
 
+@pytest.mark.long
 def test_ingest_and_worker_ready_follow_kafka_down_and_up(tmp_path: Path) -> None:
     """A broker of the test's own: absent when the ingest starts, then up, stopped under
     both processes and started again; both stay live throughout."""
@@ -153,6 +155,7 @@ async def _members_partitions(bootstrap: str, group: str, topic: str) -> list[se
     return [{p for t, ps in m.assignment if t == topic for p in ps} for m in members]
 
 
+@pytest.mark.long
 def test_worker_goes_unready_while_a_joining_worker_rebalances_the_group(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:

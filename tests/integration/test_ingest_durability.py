@@ -20,6 +20,7 @@ import uuid
 from pathlib import Path
 
 import httpx
+import pytest
 
 from streams.ingest.remote_write import encode_write_request
 from streams.lab.launchers import KafkaKRaft, PeerwatchProcess, free_port, peerwatch_env
@@ -36,6 +37,7 @@ def freeze(kafka: KafkaKRaft, sig: signal.Signals) -> None:
     os.killpg(kafka.pid, sig)
 
 
+@pytest.mark.long
 async def test_every_sample_answered_204_survives_a_kill_during_a_kafka_outage(
     tmp_path: Path,
 ) -> None:

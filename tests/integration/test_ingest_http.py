@@ -443,6 +443,7 @@ def fleet_series(
     return series
 
 
+@pytest.mark.long
 async def test_a_frame_over_the_client_size_limit_is_dropped_and_the_rest_flow(
     kafka_bootstrap: str, start_ingest: IngestFactory
 ) -> None:
@@ -467,6 +468,7 @@ async def test_a_frame_over_the_client_size_limit_is_dropped_and_the_rest_flow(
     assert (await post(client, later))[0] == 204  # not "503 kafka unreachable"
 
 
+@pytest.mark.long
 async def test_a_batch_the_broker_refuses_as_too_large_loses_none_of_its_small_frames(
     kafka_bootstrap: str, start_ingest: IngestFactory
 ) -> None:

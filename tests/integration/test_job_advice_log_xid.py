@@ -20,6 +20,7 @@ from tests.integration.test_job_advice import NODES, advice_out, jobs_deployment
 LINE = "[ 8123.456789] NVRM: Xid (PCI:0000:3b:00): 79, pid=2231, name=python, GPU has fallen off the bus."  # noqa: E501
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("crash", [False, True], ids=["same-worker", "after-a-crash"])
 async def test_a_log_xid_between_job_events_is_the_failures_cause(
     kafka_bootstrap: str, tmp_path: Path, crash: bool

@@ -130,6 +130,7 @@ def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureKaf
         ("SSL", None),  # mutual TLS: the client certificate is the login
     ],
 )
+@pytest.mark.long
 async def test_frames_in_and_an_alert_out_over_a_secure_listener(
     secure_kafka: SecureKafka, tmp_path: Path, protocol: str, mechanism: str | None
 ) -> None:

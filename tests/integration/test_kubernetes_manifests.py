@@ -14,10 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import kubernetes_validate
 import pytest
 import yaml
-from cloudcoil.models.prometheus_operator import v1 as operator
 from faust.auth import SASLCredentials
 
 from streams.kafka.options import client_options, faust_credentials
@@ -31,11 +29,20 @@ KUBE = ROOT / "deploy" / "kubernetes"
 OVERLAY = KUBE / "overlays" / "production"
 RUNBOOKS = ROOT / "docs" / "runbooks"
 K8S_VERSION = "1.32"  # the oldest Kubernetes the manifests are checked against
-CRDS = {
-    "ServiceMonitor": operator.ServiceMonitor,
-    "PodMonitor": operator.PodMonitor,
-    "PrometheusRule": operator.PrometheusRule,
-}
+CRDS = ("ServiceMonitor", "PodMonitor", "PrometheusRule")  # Prometheus Operator models
+
+
+# The schema packages take seconds to import: only the tests that use them pay for it.
+def kubernetes_validate() -> Any:
+    import kubernetes_validate
+
+    return kubernetes_validate
+
+
+def operator_model(kind: str) -> Any:
+    from cloudcoil.models.prometheus_operator import v1 as operator
+
+    return getattr(operator, kind)
 
 
 def kustomize() -> str:
@@ -107,9 +114,9 @@ def test_every_object_passes_its_schema(objects: list[dict[str, Any]], index: in
     """Core kinds: the Kubernetes OpenAPI schema, strict (unknown fields fail). CRDs: the
     operator's models, and what they read back equals the input (nothing was ignored)."""
     obj = objects[index]
-    model = CRDS.get(obj["kind"])
+    model = operator_model(obj["kind"]) if obj["kind"] in CRDS else None
     if model is None:
-        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+        kubernetes_validate().validate(obj, K8S_VERSION, strict=True)
     else:
         parsed = model.model_validate(obj)
         assert parsed.model_dump(by_alias=True, exclude_unset=True, mode="json") == obj
@@ -119,11 +126,11 @@ def test_the_validators_reject_a_misspelled_field(objects: list[dict[str, Any]])
     """The schema checks can fail: a typo in a Deployment and in a PodMonitor is caught."""
     deployment = copy.deepcopy(one(objects, "Deployment", "peerwatch-ingest"))
     deployment["spec"]["template"]["spec"]["containers"][0]["livenesProbe"] = {}
-    with pytest.raises(kubernetes_validate.ValidationError):
-        kubernetes_validate.validate(deployment, K8S_VERSION, strict=True)
+    with pytest.raises(kubernetes_validate().ValidationError):
+        kubernetes_validate().validate(deployment, K8S_VERSION, strict=True)
     monitor = copy.deepcopy(one(objects, "PodMonitor", "peerwatch-worker"))
     monitor["spec"]["podMetricsEndpoints"][0]["intervall"] = "30s"
-    parsed = operator.PodMonitor.model_validate(monitor)
+    parsed = operator_model("PodMonitor").model_validate(monitor)
     assert parsed.model_dump(by_alias=True, exclude_unset=True, mode="json") != monitor
 
 

@@ -13,6 +13,7 @@ import asyncio
 from pathlib import Path
 
 import httpx
+import pytest
 from aiokafka import AIOKafkaProducer
 
 from streams.frames import Frame, encode_frame
@@ -38,6 +39,7 @@ async def metric(port: int, name: str) -> float:
     return total
 
 
+@pytest.mark.long
 async def test_a_bucket_open_at_a_worker_crash_is_scored_with_all_its_frames(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:

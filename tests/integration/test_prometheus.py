@@ -86,6 +86,7 @@ def prometheus(
         yield server
 
 
+@pytest.mark.long
 async def test_node_exporter_features_reach_the_frames_topic(
     kafka_bootstrap: str, deployment: Deployment, prometheus: Prometheus
 ) -> None:
@@ -164,6 +165,7 @@ def counter_values(page: str, name: str) -> dict[str, float]:
     return values
 
 
+@pytest.mark.long
 async def test_remote_write_with_bearer_or_basic_auth_over_tls_reaches_kafka_and_wrong_gets_401(
     kafka_bootstrap: str, deployment: Deployment, node_exporter: NodeExporter, tmp_path: Path
 ) -> None:

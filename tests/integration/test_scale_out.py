@@ -12,10 +12,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from streams.lab.chaos.faults import parse_faults
 from streams.lab.chaos.run import ChaosPlan, run_chaos
 
 
+@pytest.mark.long
 async def test_a_worker_joining_and_one_leaving_lose_and_double_nothing(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:

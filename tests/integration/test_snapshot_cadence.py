@@ -73,6 +73,7 @@ def scored_in(log: str, group: str) -> list[int]:
     return [int(ts) for ts, _ in found]
 
 
+@pytest.mark.long
 async def test_a_worker_killed_between_snapshots_rescores_what_was_not_saved(
     kafka_bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -26,6 +26,7 @@ from tests.integration.harness import (
 from tests.integration.test_end_to_end import BUCKET_MS, VICTIM, scenario
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("store", ["memory://", "rocksdb://"])
 async def test_a_killed_worker_keeps_its_state_and_open_alerts(
     kafka_bootstrap: str, alertmanager_url: str, tmp_path: Path, store: str

@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from streams.lab.launchers import EmbeddedBroker, free_port
 from tests.integration.harness import read_topic, wait_for
 
@@ -32,6 +34,7 @@ def _xid_log(port: int, wal: Path, stdin: int) -> subprocess.Popen[bytes]:
     )
 
 
+@pytest.mark.long
 async def test_a_line_read_during_an_outage_is_sent_after_a_kill(tmp_path: Path) -> None:
     port, wal = free_port(), tmp_path / "wal"
     shipper = _xid_log(port, wal, subprocess.PIPE)

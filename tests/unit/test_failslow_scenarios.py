@@ -385,6 +385,7 @@ def named_in_time(case: Case, run: Run) -> bool:
     )
 
 
+@pytest.mark.long
 def test_gpu_20pct_slow_in_60_node_job_named_within_90_s_in_99_percent_of_100_seeds() -> None:
     right = sum(
         named_in_time(make_case("gpu-20pct", s), run_job(make_case("gpu-20pct", s), s))

@@ -49,7 +49,10 @@ COL = {name: j for j, name in enumerate(NAMES)}
 ABS_FLOOR = np.array([f.abs_floor for f in SCORED])
 REL_FLOOR = np.array([f.rel_floor for f in SCORED])
 PARAMS = ScoringParams()
-WEEK = 7 * 24 * 120  # 20,160 buckets
+# Three days of buckets: ~40 checkpoint saves, ~70 save buckets, so that save buckets'
+# own usual deviation is learned (60 values) and scored for its last day; a week showed
+# nothing more in 2.5x the time. The week-long runs are `peerwatch evaluate`'s.
+DAYS = 3 * 24 * 120  # 8,640 buckets
 
 # Training level, bucket noise (sd) and persistent per-node offset (sd), in the feature's unit.
 TRAINING: dict[str, tuple[float, float, float]] = {
@@ -259,24 +262,25 @@ def _json(x: float) -> float | None:
 # ------------------------------------------------------- (a) the two populations over a week
 
 
-def test_two_populations_raise_no_node_alert_for_a_week_yet_light_node_faults_are_caught(
+@pytest.mark.long
+def test_two_populations_raise_no_node_alert_for_three_days_yet_light_node_faults_are_caught(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """12 of 60 nodes write ~2 GB per save where 48 write ~26 GB (pgpgout z ~-10 and NFS WRITE
-    z ~-4 in save buckets, pgpgout ~-1.7 otherwise): a simulated week of buckets raises no node
+    z ~-4 in save buckets, pgpgout ~-1.7 otherwise): three simulated days of buckets raise no node
     alert and no group alert. Near its end two of the 12 fail: an ECC-like spike (pgpgout x10,
     GETATTR x3, sustained for 20 buckets) is a Deviation after persistence, reported with the
     raw z and the node's usual; an interrupt collapse is a Collapse in its own bucket."""
-    fleet = Fleet(seed=3, n_buckets=WEEK)
+    fleet = Fleet(seed=3, n_buckets=DAYS)
     ecc_node, collapse_node = LIGHT[2], LIGHT[7]
-    ecc_at = fleet.calm_window(WEEK - 400, 30)
+    ecc_at = fleet.calm_window(DAYS - 400, 30)
     for b in range(ecc_at, ecc_at + 20):
         fleet.edits[b] = [
             (ecc_node, "pgpgout_rate", 5_600.0),
             (ecc_node, "nfs_getattr_rtt_s", 0.009),
         ]
-    collapse_at = WEEK - 100
-    for b in range(collapse_at, WEEK):
+    collapse_at = DAYS - 100
+    for b in range(collapse_at, DAYS):
         fleet.edits[b] = [
             (collapse_node, "intr_rate", 80_000.0),
             (collapse_node, "procs_running", 0.0),
@@ -286,10 +290,11 @@ def test_two_populations_raise_no_node_alert_for_a_week_yet_light_node_faults_ar
     state, _, changes = run(iter(fleet), keep=False)
     seconds = time.perf_counter() - started
     with capsys.disabled():
-        print(f"\n  week: {WEEK} buckets in {seconds:.1f} s ({seconds / WEEK * 1e3:.2f} ms/bucket "
-              f"incl. frames), {len(fleet.schedule)} saves")  # fmt: skip
+        print(f"\n  3 days: {DAYS} buckets in {seconds:.1f} s "
+              f"({seconds / DAYS * 1e3:.2f} ms/bucket incl. frames), "
+              f"{len(fleet.schedule)} saves")  # fmt: skip
 
-    assert len(fleet.schedule) >= 70 and any(len(s.seconds) == 2 for s in fleet.schedule)
+    assert len(fleet.schedule) >= 30 and any(len(s.seconds) == 2 for s in fleet.schedule)
     assert transitions(changes) == [
         (ecc_at + 2, NODE_DEVIATION, ecc_node, "firing"),
         (ecc_at + 23, NODE_DEVIATION, ecc_node, "resolved"),

@@ -81,6 +81,7 @@ def test_new_nodes_past_the_limit_drop_and_tracked_nodes_stay_at_it() -> None:
     assert {f.node for f in b.flush_all()} == {"n0", "n1", "n2"}
 
 
+@pytest.mark.long
 def test_a_million_distinct_nodes_keep_tracked_nodes_at_the_limit() -> None:
     """The issue's probe: 1 M distinct node names in four requests (5 GB RSS before)."""
     limit = 10_000

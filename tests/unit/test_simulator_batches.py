@@ -35,6 +35,7 @@ def test_batch_rounds_are_int_times_and_float_values_with_stale_markers_intact(n
     assert stale > 0 or name != "host-down"  # the marker's NaN payload survives the columns
 
 
+@pytest.mark.long
 def test_the_evaluator_gets_the_same_frames_and_alerts_from_batches() -> None:
     config = _config("host-down", 2000, emit_stale_markers=True)
     settings = get_scenario("host-down").settings_for(2000)
