@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer
 from rich import box
 from rich.console import Console, Group
 from rich.live import Live
@@ -133,11 +133,12 @@ def decode_alert(value: bytes | None) -> dict | None:
     return record
 
 
-async def alerts_consumer(settings: Settings, *, subscribe: bool = True) -> AIOKafkaConsumer:
-    """A started consumer of the alerts topic (stopped again if it cannot start);
-    ``subscribe=False``: started with no partition, for the caller to assign."""
+async def alerts_consumer(settings: Settings) -> AIOKafkaConsumer:
+    """A started consumer of the alerts topic, every partition assigned (no group: a
+    consumer without one is given all partitions of the topics it subscribes to once
+    their metadata is in, which ``start`` waits for); stopped again if it cannot start."""
     consumer = AIOKafkaConsumer(
-        *([settings.topic_alerts] if subscribe else []),
+        settings.topic_alerts,
         **client_options(settings),
         auto_offset_reset="earliest",
         enable_auto_commit=False,
@@ -164,14 +165,10 @@ async def watch_alerts(settings: Settings, on_alert: Callable[[dict], None]) -> 
 async def read_alerts(settings: Settings, timeout_s: float = 30.0) -> AlertLog:
     """The records the topic holds now: each partition read up to its end offset as of the
     start (no wait for silence), within ``timeout_s``."""
-    consumer = await alerts_consumer(settings, subscribe=False)
+    consumer = await alerts_consumer(settings)
     log = AlertLog()
     try:
-        await consumer.topics()  # metadata: the topic's partitions
-        numbers = consumer.partitions_for_topic(settings.topic_alerts) or set()
-        partitions = [TopicPartition(settings.topic_alerts, n) for n in sorted(numbers)]
-        consumer.assign(partitions)
-        ends = await consumer.end_offsets(partitions)
+        ends = await consumer.end_offsets(list(consumer.assignment()))
         left = {tp: end for tp, end in ends.items() if end > 0}
         async with asyncio.timeout(timeout_s):
             while left:

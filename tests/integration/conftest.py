@@ -14,6 +14,7 @@ log tail: an integration suite that silently skips proves nothing.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -79,11 +80,27 @@ def started(service: ServiceT) -> Iterator[ServiceT]:
         service.stop()
 
 
+def wait_for_file(path: Path, timeout_s: float) -> str:
+    """The text of ``path`` once it exists, or a line saying it did not in ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if time.monotonic() > deadline:
+            return f"{path} did not appear in {timeout_s:.0f} s"
+        time.sleep(0.1)
+    return path.read_text()
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``host:port`` of a Kafka broker that auto-creates topics (4 partitions by default)."""
+    """``host:port`` of a Kafka broker that auto-creates topics (4 partitions by default):
+    the one named by ``PEERWATCH_TEST_KAFKA`` (under xdist the controller's, once its
+    state file says ready: tests/conftest.py), else one of this session's own."""
     external = os.environ.get("PEERWATCH_TEST_KAFKA")
     if external:
+        if state := os.environ.get("PEERWATCH_TEST_KAFKA_STATE"):
+            said = wait_for_file(Path(state), KafkaKRaft.startup_timeout + 30)
+            if said != "ready":
+                pytest.fail(said, pytrace=False)
         yield external
         return
     with started(KafkaKRaft(tmp_path_factory.mktemp("kafka"))) as kafka:

@@ -104,12 +104,14 @@ def test_json_logs_cover_the_worker_faust_and_aiokafka_lines(
 def test_json_logs_cover_the_ingest_and_its_http_lines(kafka_bootstrap: str, tmp_path: Path):
     deployment = Deployment.new(kafka_bootstrap, "", tmp_path)
     deployment.env["PEERWATCH_LOG_FORMAT"] = "json"
+    deployment.env["PEERWATCH_INGEST_ACCESS_LOG"] = "true"  # off by default
     with deployment.ingest():
         httpx.post(deployment.write_url, content=b"x", headers={"Content-Type": "text/plain"})
     records = json_log(tmp_path / "ingest.log")
     loggers = {r["logger"] for r in records}
     assert {"peerwatch.ingest", "aiohttp.access"} <= loggers, loggers
     assert any(r["message"].startswith("ingest_listening") for r in records)
+    assert any(r["message"].startswith("ingest_decoder decoder=") for r in records)
 
 
 @pytest.mark.long

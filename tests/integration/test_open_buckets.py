@@ -45,7 +45,7 @@ async def test_a_bucket_open_at_a_worker_crash_is_scored_with_all_its_frames(
 ) -> None:
     deployment = Deployment.new(kafka_bootstrap, "", tmp_path)
     # Long enough that only the missing eighth frame can close the open bucket in time.
-    deployment.env["PEERWATCH_GRACE_S"] = "60"
+    deployment.env["PEERWATCH_GRACE_S"] = "600"
     group, port = deployment.job, deployment.metrics_port
     producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
     await producer.start()
