@@ -52,7 +52,7 @@ async def test_only_the_faulty_node_alerts_at_or_before_its_xid(
     kafka_bootstrap: str, alertmanager_url: str, tmp_path: Path
 ) -> None:
     deployment = Deployment.new(kafka_bootstrap, alertmanager_url, tmp_path)
-    config, xid_bucket = scenario(deployment.job)
+    config, xid_bucket = scenario(deployment.job, fault_after_min=30)  # after 3 saves
     end_ms = xid_bucket + 3 * BUCKET_MS
     with deployment.ingest(), deployment.worker():
         stats = await replay(deployment.write_url, config, end_ms=end_ms)

@@ -51,18 +51,18 @@ def prometheus(tmp_path: Path, deployment: Deployment) -> Iterator[Prometheus]:
 
 
 def scenario(job: str) -> tuple[ClusterConfig, int]:
-    """A quarter of an hour of training with saves every 10 min; the remap and XID 94 at
-    15 min (the fail-slow baseline needs 5 min of healthy buckets)."""
+    """Nine minutes of training with saves every 4 min; the remap and XID 94 at 9 min (the
+    fail-slow baseline needs 5 min of healthy buckets)."""
     now_ms = int(time.time() * 1000)
     start = (now_ms - 3600_000) // BUCKET_MS * BUCKET_MS
-    onset = start + 15 * 60_000 + 7_000
+    onset = start + 9 * 60_000 + 7_000
     config = ClusterConfig(
         seed=5,
         job_name=job,
         job_nodes=16,
         spares=2,
         start_ms=start,
-        checkpoint_interval_s=600.0,
+        checkpoint_interval_s=240.0,
         metric_families=ALL_FAMILIES,
         faults=(UncorrectableRemap(node=VICTIM, gpu=1, onset_ms=onset),),
     )
