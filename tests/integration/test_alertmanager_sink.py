@@ -208,7 +208,8 @@ async def test_firing_then_resolved_before_delivery_sends_only_resolved_once(
         (wire,) = posted[0]
         assert wire["labels"]["alertname"] == name
         # resolved: endsAt is the send time (RFC 3339, truncated to the millisecond)
-        assert before - 0.001 <= parse_time(wire["endsAt"]).timestamp() <= after
+        ends_ms = round(parse_time(wire["endsAt"]).timestamp() * 1000)  # whole ms
+        assert int(before * 1000) <= ends_ms <= int(after * 1000) + 1
         assert await active_alerts(client, alertmanager_url, name) == []
 
 
