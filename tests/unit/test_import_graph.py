@@ -122,3 +122,17 @@ def test_the_service_does_not_import_the_lab() -> None:
     assert set(offenders) <= {"streams.cli"}, offenders
     graph = import_graph()  # and the CLI only inside its lab commands
     assert not any(t.startswith("streams.lab") for t in graph["streams.cli"])
+
+
+SHELL_LIBRARIES = ("faust", "aiokafka", "httpx", "aiohttp", "prometheus_client", "asyncio")
+
+
+def test_detectors_import_no_io_library() -> None:
+    """detectors/ is pure: no Kafka, HTTP, metrics or event-loop library, at any depth."""
+    offenders = {
+        name: sorted(n for n in _imports_anywhere(path) if n.split(".")[0] in SHELL_LIBRARIES)
+        for name, path in modules().items()
+        if name.startswith("detectors")
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}
+    assert "faust" in {n.split(".")[0] for n in _imports_anywhere(ROOT / "streams/worker/app.py")}
