@@ -80,7 +80,7 @@ except ImportError:  # pragma: no cover - not installed, or a build before AddKe
     _AddKernel = None
 
 KERNEL_AVAILABLE = _AddKernel is not None
-"""True if the compiled loop is installed (``pip install ./native``)."""
+"""True if the compiled loop is installed (built by ``pip install .`` where cargo is on PATH)."""
 
 __all__ = [
     "DROP_REASONS",
@@ -467,7 +467,10 @@ class FrameBuilder:
         # features left out of emitted frames, by reason (counted here, not per ``add``)
         self.dropped_results: dict[str, int] = {}
         if native and _AddKernel is None:
-            raise RuntimeError("the compiled loop is not installed (pip install ./native)")
+            raise RuntimeError(
+                "the compiled loop (peerwatch_native) is not installed: "
+                "it builds with peerwatch where cargo is on PATH"
+            )
         self._kernel = _AddKernel() if _AddKernel is not None and native is not False else None
 
     def _add_use(self, metric: str, use: _Use) -> None:

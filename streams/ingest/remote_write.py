@@ -61,7 +61,7 @@ except ImportError:  # pragma: no cover - depends on the install
     _NativeDecoder = None
 
 NATIVE_AVAILABLE = _NativeDecoder is not None
-"""True if the compiled decoder is installed (``pip install -e native``)."""
+"""True if the compiled decoder is installed (built by ``pip install .`` where cargo is on PATH)."""
 _native_by_default = NATIVE_AVAILABLE  # ``native=None``; the tests run both ways
 DECODER_CHOICES: dict[str, bool | None] = {"auto": None, "native": True, "python": False}
 """``ingest_decoder`` -> ``WriteRequestDecoder(native=...)``."""
