@@ -217,30 +217,34 @@ async def alerts_in_alertmanager(url: str, group: str) -> list[dict]:
     return reply.json()
 
 
-async def read_topic(bootstrap: str, topic: str, idle_s: float = 3.0) -> list[dict]:
-    """Every message of ``topic`` from the start, as JSON (stops after ``idle_s`` of quiet)."""
+async def read_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> list[dict]:
+    """Every message of ``topic`` from the start up to its end offsets when called (every
+    record acknowledged before the call), as JSON: no wait for silence."""
     consumer = AIOKafkaConsumer(
         topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
     )
-    await consumer.start()
+    await consumer.start()  # without a group: every partition assigned once started
     records: list[dict] = []
     try:
-        while True:
-            batch = await consumer.getmany(timeout_ms=int(idle_s * 1000))
-            if not batch:
-                return records
-            for messages in batch.values():
-                records.extend(json.loads(m.value) for m in messages)
+        ends = await consumer.end_offsets(list(consumer.assignment()))
+        left = {tp: end for tp, end in ends.items() if end > 0}
+        async with asyncio.timeout(timeout_s):
+            while left:
+                batch = await consumer.getmany(*left, timeout_ms=1_000)
+                for messages in batch.values():
+                    records.extend(json.loads(m.value) for m in messages)
+                for tp in list(left):
+                    if await consumer.position(tp) >= left[tp]:
+                        del left[tp]
     finally:
         await consumer.stop()
+    return records
 
 
-async def read_alert_records(bootstrap: str, topic: str, idle_s: float = 3.0) -> list[dict]:
+async def read_alert_records(bootstrap: str, topic: str) -> list[dict]:
     """The alert changes on the alerts topic: every record but the advisors' (README
     "Advice on peerwatch.alerts": those carry ``"record": "advice"``)."""
-    return [
-        r for r in await read_topic(bootstrap, topic, idle_s) if r.get("record") != ADVICE_RECORD
-    ]
+    return [r for r in await read_topic(bootstrap, topic) if r.get("record") != ADVICE_RECORD]
 
 
 async def wait_for(

@@ -50,7 +50,12 @@ async def test_a_queue_dominated_save_gives_advice_and_metrics(
         await wait_for(advised, 90, "the checkpoint I/O advice")
         cost = await metric(port, "peerwatch_checkpoint_save_cost_seconds")
         queued = await metric(port, "peerwatch_checkpoint_nfs_request_seconds")
-        records = await read_topic(kafka_bootstrap, deployment.alerts_topic, idle_s=1.0)
+
+        async def advice_on_the_topic() -> list[dict]:  # published after the count
+            records = await read_topic(kafka_bootstrap, deployment.alerts_topic)
+            return records if any(decode_advice(json.dumps(r).encode()) for r in records) else []
+
+        records = await wait_for(advice_on_the_topic, 30, "the advice record on the topic")
     finally:
         await producer.stop()
         worker.stop()

@@ -82,7 +82,7 @@ async def test_every_sample_answered_204_survives_a_kill_during_a_kafka_outage(
         process = ingest().start()
 
         async def delivered() -> set[tuple[str, int]]:
-            records = await read_topic(kafka.bootstrap, env["PEERWATCH_TOPIC_FRAMES"], idle_s=2)
+            records = await read_topic(kafka.bootstrap, env["PEERWATCH_TOPIC_FRAMES"])
             framed = {(r["node"], r["ts"]) for r in records if "procs_running" in r["values"]}
             return framed if accepted <= framed else set()
 

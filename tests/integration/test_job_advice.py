@@ -26,14 +26,22 @@ def jobs_deployment(kafka_bootstrap: str, tmp_path: Path) -> tuple[Deployment, s
 async def advice_out(
     kafka_bootstrap: str, deployment: Deployment
 ) -> tuple[list[dict], list[Advice]]:
-    """Once the worker counted an advice: the alerts topic's records, and the advice of them."""
+    """Once the worker counted an advice and its record is on the alerts topic (published
+    after the count): the topic's records, and the advice of them."""
 
     async def advised() -> bool:
         return await metric(deployment.metrics_port, "peerwatch_advice_total") >= 1
 
     await wait_for(advised, 60, "the retry advice")
-    records = await read_topic(kafka_bootstrap, deployment.alerts_topic, idle_s=1.0)
-    return records, [a for r in records if (a := decode_advice(json.dumps(r).encode()))]
+
+    async def on_the_topic() -> tuple[list[dict], list[Advice]] | None:
+        records = await read_topic(kafka_bootstrap, deployment.alerts_topic)
+        advice = [a for r in records if (a := decode_advice(json.dumps(r).encode()))]
+        return (records, advice) if advice else None
+
+    found = await wait_for(on_the_topic, 30, "the advice record on the alerts topic")
+    assert found is not None
+    return found
 
 
 async def test_a_failed_attempt_in_gives_an_advice_record_out(

@@ -56,7 +56,7 @@ async def test_a_log_xid_between_job_events_is_the_failures_cause(
             changelog = f"{deployment.env['PEERWATCH_APP_ID']}-retry-state-changelog"
 
             async def xid_written() -> bool:
-                records = await read_topic(kafka_bootstrap, changelog, idle_s=0.5)
+                records = await read_topic(kafka_bootstrap, changelog)
                 return any(r and r.get("xids") for r in records)
 
             await wait_for(xid_written, 60, "the log XID in the retry table's changelog")

@@ -148,7 +148,7 @@ async def test_frames_in_and_an_alert_out_over_a_secure_listener(
 
         async def xid_alert() -> list[dict]:
             records = await read_alert_records(
-                secure_kafka.broker.bootstrap, deployment.alerts_topic, 1
+                secure_kafka.broker.bootstrap, deployment.alerts_topic
             )
             return [r for r in records if r["labels"]["alertname"] == "PeerwatchXid"]
 
