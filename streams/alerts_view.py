@@ -26,6 +26,7 @@ from rich.text import Text
 
 from detectors.features import DEFAULT_BUCKET_MS
 from streams.kafka.options import client_options, start_client
+from streams.kafka.reading import records_to_end
 from streams.settings import Settings
 
 ROWS = 15  # newest records shown
@@ -168,18 +169,9 @@ async def read_alerts(settings: Settings, timeout_s: float = 30.0) -> AlertLog:
     consumer = await alerts_consumer(settings)
     log = AlertLog()
     try:
-        ends = await consumer.end_offsets(list(consumer.assignment()))
-        left = {tp: end for tp, end in ends.items() if end > 0}
-        async with asyncio.timeout(timeout_s):
-            while left:
-                batch = await consumer.getmany(*left, timeout_ms=1_000)
-                for messages in batch.values():
-                    for msg in messages:
-                        if (record := decode_alert(msg.value)) is not None:
-                            log.add(record)
-                for tp in list(left):
-                    if await consumer.position(tp) >= left[tp]:
-                        del left[tp]
+        async for msg in records_to_end(consumer, timeout_s):
+            if (record := decode_alert(msg.value)) is not None:
+                log.add(record)
     finally:
         await consumer.stop()
     return log

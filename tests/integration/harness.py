@@ -22,6 +22,7 @@ import pytest
 import yaml
 from aiokafka import AIOKafkaConsumer
 
+from streams.kafka.reading import records_to_end
 from streams.lab.launchers import PeerwatchProcess, Prometheus, free_port, peerwatch_env
 from streams.sinks.advice import ADVICE_RECORD
 from tests.integration.conftest import started
@@ -224,21 +225,10 @@ async def read_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> lis
         topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
     )
     await consumer.start()  # without a group: every partition assigned once started
-    records: list[dict] = []
     try:
-        ends = await consumer.end_offsets(list(consumer.assignment()))
-        left = {tp: end for tp, end in ends.items() if end > 0}
-        async with asyncio.timeout(timeout_s):
-            while left:
-                batch = await consumer.getmany(*left, timeout_ms=1_000)
-                for messages in batch.values():
-                    records.extend(json.loads(m.value) for m in messages)
-                for tp in list(left):
-                    if await consumer.position(tp) >= left[tp]:
-                        del left[tp]
+        return [json.loads(m.value) async for m in records_to_end(consumer, timeout_s)]
     finally:
         await consumer.stop()
-    return records
 
 
 async def read_alert_records(bootstrap: str, topic: str) -> list[dict]:
