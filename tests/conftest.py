@@ -17,10 +17,15 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
+if TYPE_CHECKING:
+    from streams.lab.launchers import KafkaKRaft
+
 UNIT = Path(__file__).parent / "unit"
+_SHARED = pytest.StashKey[tuple["KafkaKRaft", Path]]()  # the controller's broker, its dir
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -62,11 +67,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_SHARED] = (kafka, workdir)
 
 
-_SHARED = pytest.StashKey[tuple[object, Path]]()
-
-
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _SHARED in config.stash:
         kafka, workdir = config.stash[_SHARED]
-        kafka.stop()  # type: ignore[attr-defined]
+        kafka.stop()
         shutil.rmtree(workdir, ignore_errors=True)

@@ -65,6 +65,13 @@ NATIVE_AVAILABLE = _NativeDecoder is not None
 _native_by_default = NATIVE_AVAILABLE  # ``native=None``; the tests run both ways
 DECODER_CHOICES: dict[str, bool | None] = {"auto": None, "native": True, "python": False}
 """``ingest_decoder`` -> ``WriteRequestDecoder(native=...)``."""
+
+
+def uses_native(native: bool | None) -> bool:
+    """Whether ``WriteRequestDecoder(native=...)`` decodes compiled (``None``: if installed)."""
+    return (_native_by_default and _NativeDecoder is not None) if native is None else native
+
+
 NOT_INSTALLED = (
     "the compiled remote_write decoder (peerwatch_native) is not installed: it builds with "
     "peerwatch where cargo is on PATH at install time, or comes as a wheel (README, Install)"
@@ -81,6 +88,7 @@ __all__ = [
     "decode_write_request",
     "encode_write_request",
     "is_stale_marker",
+    "uses_native",
 ]
 
 
@@ -249,8 +257,7 @@ class WriteRequestDecoder:
         self._labels: dict[bytes, dict[str, str]] = {}  # label prefix -> labels
         self._pairs: dict[bytes, tuple[str, str]] = {}  # one encoded Label -> (name, value)
         self._timestamps: dict[bytes, int] = {}
-        if native is None:
-            native = _native_by_default and _NativeDecoder is not None
+        native = uses_native(native)
         if native and _NativeDecoder is None:
             raise RuntimeError(f"{NOT_INSTALLED}; set ingest_decoder to python or auto")
         self._native = (

@@ -43,6 +43,7 @@ from streams.ingest.remote_write import (
     NOT_INSTALLED,
     RemoteWriteError,
     WriteRequestDecoder,
+    uses_native,
 )
 from streams.ingest.request_timer import request_timer
 from streams.ingest.security import WriteAuth, server_ssl_context
@@ -365,10 +366,8 @@ def _newest_ts(series: SampleBatch | list[Series]) -> int | None:
 
 
 def build_ingest(settings: Settings) -> Ingest:
-    native = DECODER_CHOICES[settings.ingest_decoder]
-    metrics = IngestMetrics(
-        decoder="native" if native or (native is None and NATIVE_AVAILABLE) else "python"
-    )
+    native = uses_native(DECODER_CHOICES[settings.ingest_decoder])  # the decoder's own rule
+    metrics = IngestMetrics(decoder="native" if native else "python")
     producer = FrameProducer(
         settings,
         settings.topic_frames,
