@@ -4,24 +4,32 @@ For two fixed runs, every group's snapshot after every due call, as the changelo
 table encodes it (``STATE_CODEC``), reduced to what holds on every machine: the
 *skeleton* (keys in their order, strings, ints, booleans and nulls exactly, each float
 as a placeholder) hashed over all snapshots, and the floats of the last snapshot, which
-``test_state_codec`` compares within a tolerance. numpy's SIMD paths differ between CPUs
-in the last bits, so raw bytes held only on the machine that wrote them. Regenerated from
+``test_state_codec`` compares within a tolerance. numpy's and OpenBLAS' kernels differ
+between CPUs in the last bits, so raw bytes held only on the machine that wrote them; the
+float arrays written as base64 (``FLOAT_ARRAYS``) count as floats too (on an AMD EPYC,
+``m2_upper``'s bytes differed from the Intel Xeon's that wrote the digest). Regenerated from
 the tree whose raw bytes matched f1ae716's digests (the generic field walk): only
 regenerate for an intentional format change.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+
 HERE = Path(__file__).parent
 # (scenario, nodes, minutes, onset minute): firing XID alerts, escalation history; and
 # row-remap findings (a verdict's key order, a finding's until_ms)
 RUNS = (("ecc-xid94", 8, 24, 10), ("uncorrectable-remap", 8, 40, 10))
+# the fields written with ``state_codec.ndarray("<f8", ...)``: multivariate.ModelState's
+# and baseline's arrays (the "<u2" counters stay exact)
+FLOAT_ARRAYS = frozenset({"mean", "m2_upper", "var", "candidate"})
 
 
 def fingerprint(bodies: list[bytes]) -> dict[str, object]:
@@ -34,6 +42,8 @@ def fingerprint(bodies: list[bytes]) -> dict[str, object]:
             skeleton.update(b"{")
             for key, item in value.items():
                 skeleton.update(json.dumps(key).encode() + b":")
+                if key in FLOAT_ARRAYS and isinstance(item, str):
+                    item = np.frombuffer(base64.b64decode(item), dtype="<f8").tolist()
                 walk(item)
             skeleton.update(b"}")
         elif isinstance(value, list):
