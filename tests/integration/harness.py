@@ -21,6 +21,7 @@ import httpx
 import pytest
 import yaml
 from aiokafka import AIOKafkaConsumer
+from aiokafka.admin import AIOKafkaAdminClient
 
 from streams.kafka.reading import records_to_end
 from streams.lab.launchers import PeerwatchProcess, Prometheus, free_port, peerwatch_env
@@ -115,6 +116,15 @@ class Deployment:
     async def buckets_scored(self) -> int:
         """Group buckets the worker has scored (from its /metrics)."""
         return int(sum(await self.worker_samples("peerwatch_worker_buckets_scored_total")))
+
+    async def frames_committed(self) -> int:
+        """The frames topic's offsets the workers' consumer group has committed, summed
+        over its partitions: how many frames a restarted worker is not sent again."""
+        return await committed_offsets(
+            self.env["PEERWATCH_KAFKA"].split("://", 1)[1],
+            self.env["PEERWATCH_APP_ID"],
+            self.env["PEERWATCH_TOPIC_FRAMES"],
+        )
 
 
 @dataclass(frozen=True)
@@ -229,6 +239,17 @@ async def read_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> lis
         return [json.loads(m.value) async for m in records_to_end(consumer, timeout_s)]
     finally:
         await consumer.stop()
+
+
+async def committed_offsets(bootstrap: str, group_id: str, topic: str) -> int:
+    """The sum of ``group_id``'s committed offsets on ``topic``'s partitions (0: none)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        offsets = await admin.list_consumer_group_offsets(group_id)
+    finally:
+        await admin.close()
+    return sum(meta.offset for tp, meta in offsets.items() if tp.topic == topic and meta.offset > 0)
 
 
 async def read_alert_records(bootstrap: str, topic: str) -> list[dict]:

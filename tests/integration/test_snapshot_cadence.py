@@ -11,8 +11,8 @@ in-process Pipeline's uninterrupted run on the same frames.
 
 from __future__ import annotations
 
-import asyncio
 import re
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -97,25 +97,42 @@ async def test_a_worker_killed_between_snapshots_rescores_what_was_not_saved(
     async def scored(count: int) -> bool:
         return await deployment.buckets_scored() >= count
 
+    def committed_at_least(count: int) -> Callable[[], Awaitable[int]]:
+        async def committed() -> int:
+            offsets = await deployment.frames_committed()
+            return offsets if offsets >= count else 0
+
+        return committed
+
+    def alert_records(count: int) -> Callable[[], Awaitable[list[dict[str, Any]]]]:
+        async def records() -> list[dict[str, Any]]:
+            found = await read_alert_records(kafka_bootstrap, settings.topic_alerts)
+            return found if len(found) >= count else []
+
+        return records
+
+    want_buckets, want_alerts = uninterrupted(settings, group)
+
     worker = deployment.worker().start()
     try:
         await send(range(CRASH_AFTER + 1))
         await wait_for(lambda: scored(CRASH_AFTER + 1), 60, "the first worker's buckets")
-        await asyncio.sleep(6)  # past Faust's commit interval (2.8 s), twice
+        # acked up to the last snapshot's bucket, never past it: frames of 8 to 10 are held
+        acked = len(NODES) * (SAVED + 1)
+        committed = await wait_for(committed_at_least(acked), 60, f"{acked} frames committed")
+        assert committed == acked
         worker.kill()
         first_log = log_path.read_text()
 
         worker = deployment.worker().start()
         await send(range(CRASH_AFTER + 1, LAST + 1))
         await wait_for(lambda: scored(LAST - SAVED), 90, "the restarted worker's buckets")
-        await asyncio.sleep(2)
+        records = await wait_for(alert_records(len(want_alerts)), 30, "the alert records")
     finally:
         worker.stop()
         await producer.stop()
-    records = await read_alert_records(kafka_bootstrap, settings.topic_alerts)
     second_log = log_path.read_text()[len(first_log) :]
 
-    want_buckets, want_alerts = uninterrupted(settings, group)
     assert want_buckets == [b * BUCKET_MS for b in range(LAST + 1)]
     assert [(r["labels"]["node"], r["bucket_ts"]) for r in want_alerts] == [
         (VICTIM, 12 * BUCKET_MS)
