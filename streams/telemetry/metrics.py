@@ -173,6 +173,12 @@ class WorkerMetrics:
             registry=r,
         )
         self.frames = Counter("peerwatch_worker_frames", "frames consumed", registry=r)
+        self.frames_unacked = Gauge(
+            "peerwatch_worker_frames_unacked",
+            "frames consumed but not acked: held until a written snapshot covers their "
+            "bucket (what a crash of this worker would have Kafka deliver again)",
+            registry=r,
+        )
         self.frames_failed = Counter(
             "peerwatch_worker_frames_failed",
             "frames skipped: undecodable (decode) or their handling raised (score)",

@@ -227,6 +227,7 @@ def create_app(
             sink.keep_firing(to_payload(a, links) for a in scored.active)
 
     held = BucketAcks()  # frames not covered by a written snapshot yet (streams.worker.acks)
+    metrics.frames_unacked.set_function(lambda: len(held))
     checkpoints = Checkpoints(settings.snapshot_every_buckets, settings.bucket_ms)
     partition_of: dict[str, int] = {}  # group -> the frames partition it arrives on
     owned: set[int] = set()  # frames partitions assigned to this worker

@@ -107,15 +107,25 @@ class Deployment:
         )
 
     async def worker_samples(self, name: str) -> list[float]:
-        """The values of every labelled series of ``name`` on the worker's /metrics."""
+        """The values of ``name``'s series (labelled or not) on the worker's /metrics."""
         async with httpx.AsyncClient() as client:
             page = (await client.get(f"http://127.0.0.1:{self.metrics_port}/metrics")).text
-        prefix = name + "{"
-        return [float(ln.rsplit(" ", 1)[1]) for ln in page.splitlines() if ln.startswith(prefix)]
+        return [
+            float(ln.rsplit(" ", 1)[1])
+            for ln in page.splitlines()
+            if ln.startswith((name + "{", name + " "))
+        ]
 
     async def buckets_scored(self) -> int:
         """Group buckets the worker has scored (from its /metrics)."""
         return int(sum(await self.worker_samples("peerwatch_worker_buckets_scored_total")))
+
+    async def acked_frames_committed(self) -> bool:
+        """Every frame the worker has acked is committed: a SIGKILL now has Kafka deliver
+        again only what it held (its open buckets'), as any crash should."""
+        consumed = sum(await self.worker_samples("peerwatch_worker_frames_total"))
+        unacked = sum(await self.worker_samples("peerwatch_worker_frames_unacked"))
+        return await self.frames_committed() >= consumed - unacked
 
     async def frames_committed(self) -> int:
         """The frames topic's offsets the workers' consumer group has committed, summed
@@ -259,19 +269,29 @@ async def read_alert_records(bootstrap: str, topic: str) -> list[dict]:
 
 
 async def wait_for(
-    predicate: Callable[[], Awaitable[T]], timeout_s: float, what: str, every_s: float = 0.5
+    fetch: Callable[[], Awaitable[T]],
+    timeout_s: float,
+    what: str,
+    every_s: float = 0.5,
+    until: Callable[[T], bool] = bool,
 ) -> T:
-    """Poll the async ``predicate`` until it returns something truthy; that value, or fail."""
+    """Poll the async ``fetch`` until ``until`` holds for its value (by default: the value
+    is truthy); that value, or fail with the last one seen. Where a test would sleep."""
     deadline = time.monotonic() + timeout_s
     while True:
-        value = await predicate()
-        if value:
+        value = await fetch()
+        if until(value):
             return value
         if time.monotonic() > deadline:
             pytest.fail(
                 f"timed out after {timeout_s:.0f} s waiting for {what} (last value {value!r:.300})"
             )
         await asyncio.sleep(every_s)
+
+
+def at_least(count: int) -> Callable[[Any], bool]:
+    """``wait_for``'s ``until`` for a count: a number, or the length of what was fetched."""
+    return lambda value: (value if isinstance(value, int) else len(value)) >= count
 
 
 def epoch_ms(rfc3339: str) -> int:

@@ -9,15 +9,13 @@ all eight nodes, not with the one frame sent after the crash.
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
-import httpx
 import pytest
 from aiokafka import AIOKafkaProducer
 
 from streams.frames import Frame, encode_frame
-from tests.integration.harness import Deployment, wait_for
+from tests.integration.harness import Deployment, at_least, wait_for
 
 BUCKET_MS = 30_000
 NODES = [f"node{i:02d}" for i in range(8)]
@@ -28,17 +26,6 @@ def frame(group: str, node: str, bucket: int) -> bytes:
     return encode_frame(Frame(group, node, bucket * BUCKET_MS, values))
 
 
-async def metric(port: int, name: str) -> float:
-    """Sum of one metric's samples on the worker's /metrics page (0 when absent)."""
-    async with httpx.AsyncClient() as client:
-        page = (await client.get(f"http://127.0.0.1:{port}/metrics")).text
-    total = 0.0
-    for line in page.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
-
-
 @pytest.mark.long
 async def test_a_bucket_open_at_a_worker_crash_is_scored_with_all_its_frames(
     kafka_bootstrap: str, tmp_path: Path
@@ -46,7 +33,11 @@ async def test_a_bucket_open_at_a_worker_crash_is_scored_with_all_its_frames(
     deployment = Deployment.new(kafka_bootstrap, "", tmp_path)
     # Long enough that only the missing eighth frame can close the open bucket in time.
     deployment.env["PEERWATCH_GRACE_S"] = "600"
-    group, port = deployment.job, deployment.metrics_port
+    group = deployment.job
+
+    async def total(name: str) -> float:
+        return sum(await deployment.worker_samples(name))
+
     producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
     await producer.start()
 
@@ -63,22 +54,27 @@ async def test_a_bucket_open_at_a_worker_crash_is_scored_with_all_its_frames(
             await send(node, 3)
 
         async def all_consumed() -> bool:
-            return await metric(port, "peerwatch_worker_frames_total") >= 3 * 8 + 7
+            return await total("peerwatch_worker_frames_total") >= 3 * 8 + 7
 
         await wait_for(all_consumed, 60, "the worker to consume the open bucket's frames")
-        assert await metric(port, "peerwatch_worker_buckets_scored_total") == 3
-        await asyncio.sleep(6)  # past Faust's commit interval (2.8 s), twice
+        assert await total("peerwatch_worker_buckets_scored_total") == 3
+        assert await total("peerwatch_worker_frames_unacked") == 7
+        # the closed buckets' frames are acked; the open bucket's seven are held
+        committed = await wait_for(
+            deployment.frames_committed, 60, "the closed buckets' commits", until=at_least(3 * 8)
+        )
+        assert committed == 3 * 8
         worker.kill()
 
         worker = deployment.worker().start()
         await send(NODES[-1], 3)
 
         async def open_bucket_scored() -> bool:
-            return await metric(port, "peerwatch_worker_buckets_scored_total") >= 1
+            return await total("peerwatch_worker_buckets_scored_total") >= 1
 
         await wait_for(open_bucket_scored, 90, "the restarted worker to score the open bucket")
-        assert await metric(port, "peerwatch_worker_bucket_nodes") == len(NODES)
-        assert await metric(port, "peerwatch_worker_buckets_scored_total") == 1
+        assert await total("peerwatch_worker_bucket_nodes") == len(NODES)
+        assert await total("peerwatch_worker_buckets_scored_total") == 1
     finally:
         worker.stop()
         await producer.stop()

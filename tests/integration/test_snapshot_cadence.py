@@ -12,7 +12,6 @@ in-process Pipeline's uninterrupted run on the same frames.
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from streams.frames import Frame, encode_frame
 from streams.settings import Settings
 from streams.sinks.payloads import AlertLinks, to_record
 from streams.worker.pipeline import Pipeline
-from tests.integration.harness import Deployment, read_alert_records, wait_for
+from tests.integration.harness import Deployment, at_least, read_alert_records, wait_for
 
 BUCKET_MS = 30_000
 EVERY = 4
@@ -97,20 +96,6 @@ async def test_a_worker_killed_between_snapshots_rescores_what_was_not_saved(
     async def scored(count: int) -> bool:
         return await deployment.buckets_scored() >= count
 
-    def committed_at_least(count: int) -> Callable[[], Awaitable[int]]:
-        async def committed() -> int:
-            offsets = await deployment.frames_committed()
-            return offsets if offsets >= count else 0
-
-        return committed
-
-    def alert_records(count: int) -> Callable[[], Awaitable[list[dict[str, Any]]]]:
-        async def records() -> list[dict[str, Any]]:
-            found = await read_alert_records(kafka_bootstrap, settings.topic_alerts)
-            return found if len(found) >= count else []
-
-        return records
-
     want_buckets, want_alerts = uninterrupted(settings, group)
 
     worker = deployment.worker().start()
@@ -119,7 +104,9 @@ async def test_a_worker_killed_between_snapshots_rescores_what_was_not_saved(
         await wait_for(lambda: scored(CRASH_AFTER + 1), 60, "the first worker's buckets")
         # acked up to the last snapshot's bucket, never past it: frames of 8 to 10 are held
         acked = len(NODES) * (SAVED + 1)
-        committed = await wait_for(committed_at_least(acked), 60, f"{acked} frames committed")
+        committed = await wait_for(
+            deployment.frames_committed, 60, "the first worker's commits", until=at_least(acked)
+        )
         assert committed == acked
         worker.kill()
         first_log = log_path.read_text()
@@ -127,7 +114,12 @@ async def test_a_worker_killed_between_snapshots_rescores_what_was_not_saved(
         worker = deployment.worker().start()
         await send(range(CRASH_AFTER + 1, LAST + 1))
         await wait_for(lambda: scored(LAST - SAVED), 90, "the restarted worker's buckets")
-        records = await wait_for(alert_records(len(want_alerts)), 30, "the alert records")
+        records = await wait_for(
+            lambda: read_alert_records(kafka_bootstrap, settings.topic_alerts),
+            30,
+            "the alert records",
+            until=at_least(len(want_alerts)),
+        )
     finally:
         worker.stop()
         await producer.stop()

@@ -11,7 +11,6 @@ restart reopens its files and reads the changelog from where they end).
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -45,7 +44,7 @@ async def test_a_killed_worker_keeps_its_state_and_open_alerts(
                 return await deployment.buckets_scored() >= first.rounds - 1
 
             await wait_for(caught_up, 90, "the first worker to score up to the crash")
-            time.sleep(3)  # let Faust commit offsets and flush the changelog
+            await wait_for(deployment.acked_frames_committed, 30, "the acked frames' commits")
             worker.kill()  # SIGKILL: no shutdown, no final commit
 
             worker = deployment.worker().start()
@@ -55,7 +54,7 @@ async def test_a_killed_worker_keeps_its_state_and_open_alerts(
                 return await deployment.buckets_scored() >= (end_ms - crash_at) // BUCKET_MS - 1
 
             await wait_for(restarted_caught_up, 90, "the restarted worker to catch up")
-            time.sleep(2)
+            await wait_for(deployment.acked_frames_committed, 30, "the acked frames' commits")
         finally:
             worker.stop()
         records = await read_alert_records(kafka_bootstrap, deployment.alerts_topic)
