@@ -284,7 +284,7 @@ class Ingest:
     async def _produce(self) -> None:
         # Topics first (Kafka may still be away: the HTTP side answers 503 until
         # the producer has connected), then send forever.
-        await ensure_topics(self.settings, attempts=None)
+        await ensure_topics(self.settings, None, self.metrics.kafka_errors.inc)
         await self.producer.run()
 
     async def supervise(self, name: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
@@ -20,10 +21,15 @@ from streams.settings import Settings
 log = logging.getLogger("peerwatch.topics")
 
 
-async def ensure_topics(settings: Settings, attempts: int | None = 30) -> None:
+async def ensure_topics(
+    settings: Settings,
+    attempts: int | None = 30,
+    on_unavailable: Callable[[], object] | None = None,
+) -> None:
     """Create the frames, alerts, xid (and job attempts) topics if missing.
 
-    Retries while the broker is unreachable: ``attempts`` times, or forever if None;
+    Retries while the broker is unreachable: ``attempts`` times, or forever if None,
+    calling ``on_unavailable`` after each failed attempt (a caller's error counter);
     a refused login raises ``KafkaLoginError`` at once.
     """
     names = [settings.topic_frames, settings.topic_alerts, settings.topic_xid]
@@ -56,6 +62,8 @@ async def ensure_topics(settings: Settings, attempts: int | None = 30) -> None:
     def unavailable(attempt: RetryCallState) -> None:
         error = attempt.outcome.exception() if attempt.outcome else None
         log.warning("kafka_unavailable attempt=%d error=%r", attempt.attempt_number, error)
+        if on_unavailable is not None:
+            on_unavailable()
 
     try:
         await retrying(

@@ -74,7 +74,9 @@ class IngestMetrics:
             registry=r,
         )
         self.kafka_errors = Counter(
-            "peerwatch_ingest_kafka_errors", "failed produce attempts (retried)", registry=r
+            "peerwatch_ingest_kafka_errors",
+            "failed attempts to reach Kafka (creating topics, producing; retried)",
+            registry=r,
         )
         self.in_flight = Gauge(
             "peerwatch_ingest_requests_in_flight", "writes being read or decoded", registry=r

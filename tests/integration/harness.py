@@ -108,13 +108,7 @@ class Deployment:
 
     async def worker_samples(self, name: str) -> list[float]:
         """The values of ``name``'s series (labelled or not) on the worker's /metrics."""
-        async with httpx.AsyncClient() as client:
-            page = (await client.get(f"http://127.0.0.1:{self.metrics_port}/metrics")).text
-        return [
-            float(ln.rsplit(" ", 1)[1])
-            for ln in page.splitlines()
-            if ln.startswith((name + "{", name + " "))
-        ]
+        return await metric_samples(self.metrics_port, name)
 
     async def buckets_scored(self) -> int:
         """Group buckets the worker has scored (from its /metrics)."""
@@ -266,6 +260,22 @@ async def read_alert_records(bootstrap: str, topic: str) -> list[dict]:
     """The alert changes on the alerts topic: every record but the advisors' (README
     "Advice on peerwatch.alerts": those carry ``"record": "advice"``)."""
     return [r for r in await read_topic(bootstrap, topic) if r.get("record") != ADVICE_RECORD]
+
+
+async def metric_samples(port: int, name: str) -> list[float]:
+    """The values of ``name``'s series (labelled or not) on the /metrics page at ``port``."""
+    async with httpx.AsyncClient() as client:
+        page = (await client.get(f"http://127.0.0.1:{port}/metrics")).text
+    return [
+        float(ln.rsplit(" ", 1)[1])
+        for ln in page.splitlines()
+        if ln.startswith((name + "{", name + " "))
+    ]
+
+
+async def metric(port: int, name: str) -> float:
+    """The sum of ``name``'s series on the /metrics page at ``port`` (0 when absent)."""
+    return sum(await metric_samples(port, name))
 
 
 async def wait_for(

@@ -10,8 +10,7 @@ from aiokafka import AIOKafkaProducer
 
 from streams.frames import Frame, encode_frame
 from streams.sinks.advice import decode_advice
-from tests.integration.harness import Deployment, read_topic, wait_for
-from tests.integration.test_open_buckets import metric
+from tests.integration.harness import Deployment, metric, read_topic, wait_for
 
 BUCKET_MS = 30_000
 NODES = [f"node{i:02d}" for i in range(4)]

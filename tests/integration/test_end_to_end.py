@@ -11,7 +11,6 @@ that the in-process pipeline decides for the same samples.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from streams.worker.offline import run_offline
 from tests.integration.harness import (
     Deployment,
     alerts_in_alertmanager,
+    at_least,
     epoch_ms,
     read_alert_records,
     wait_for,
@@ -54,6 +54,20 @@ async def test_only_the_faulty_node_alerts_at_or_before_its_xid(
     deployment = Deployment.new(kafka_bootstrap, alertmanager_url, tmp_path)
     config, xid_bucket = scenario(deployment.job, fault_after_min=30)  # after 3 saves
     end_ms = xid_bucket + 3 * BUCKET_MS
+    # what the in-process pipeline decides for the same samples: the live path must too
+    offline = run_offline(generate(config, end_ms=end_ms), Settings(group_labels=["train_job"]))
+    expected = [(c.status, c.alertname, c.node, c.bucket_ts) for c in offline.changes]
+    last_status = {(alertname, node): status for status, alertname, node, _ in expected}
+    firing_at_end = {key for key, status in last_status.items() if status == "firing"}
+
+    async def alertmanager_alerts() -> list[dict]:
+        return await alerts_in_alertmanager(alertmanager_url, deployment.job)
+
+    def holds_firing(alerts: list[dict]) -> bool:
+        return {(a["labels"]["alertname"], a["labels"].get("node")) for a in alerts} >= (
+            firing_at_end
+        )
+
     with deployment.ingest(), deployment.worker():
         stats = await replay(deployment.write_url, config, end_ms=end_ms)
         assert stats.rounds == (end_ms - config.start_ms) // BUCKET_MS
@@ -77,9 +91,17 @@ async def test_only_the_faulty_node_alerts_at_or_before_its_xid(
         # The gauge is sampled every LAG_EVERY_S, so the first value seen may predate the
         # last bucket; a later sample must show it drained.
         await wait_for(lag_drained, 30, "the worker's consumer lag to fall to 2 frames or fewer")
-        await asyncio.sleep(2)  # the sink posts asynchronously
-        alerts = await alerts_in_alertmanager(alertmanager_url, deployment.job)
-        topic_records = await read_alert_records(kafka_bootstrap, deployment.alerts_topic)
+        # the sinks post asynchronously: wait for every alert change on the topic and for
+        # Alertmanager to hold what is still firing
+        topic_records = await wait_for(
+            lambda: read_alert_records(kafka_bootstrap, deployment.alerts_topic),
+            30,
+            "the alerts topic's records",
+            until=at_least(len(expected)),
+        )
+        alerts = await wait_for(
+            alertmanager_alerts, 30, "Alertmanager's alerts", until=holds_firing
+        )
 
     # Exactly the faulty node, critical, starting no later than the XID's bucket
     # (a group-level event, without a node, may accompany the job's death).
@@ -91,8 +113,6 @@ async def test_only_the_faulty_node_alerts_at_or_before_its_xid(
     assert collapse[0]["annotations"]["runbook_url"] == "docs/runbooks/PeerwatchNodeCollapse.md"
 
     # The live path decided what the in-process pipeline decides for the same samples.
-    offline = run_offline(generate(config, end_ms=end_ms), Settings(group_labels=["train_job"]))
-    expected = [(c.status, c.alertname, c.node, c.bucket_ts) for c in offline.changes]
     live = [
         (r["status"], r["labels"]["alertname"], r["labels"].get("node"), r["bucket_ts"])
         for r in topic_records

@@ -125,7 +125,10 @@ def test_ingest_and_worker_ready_follow_kafka_down_and_up(tmp_path: Path) -> Non
     with PeerwatchProcess(
         ["ingest"], deployment.env, tmp_path / "ingest.log", f"{ingest}/-/healthy"
     ):
-        time.sleep(1.0)  # the producer has tried and failed by now
+        deadline = time.monotonic() + 30
+        while "peerwatch_ingest_kafka_errors_total 0.0" in get(f"{ingest}/metrics")[1]:
+            assert time.monotonic() < deadline, "the ingest's producer never tried Kafka"
+            time.sleep(0.1)
         assert get(f"{ingest}/-/ready") == (503, "kafka unreachable")
         with kafka:
             poll_until(f"{ingest}/-/ready", 200, timeout_s=60)

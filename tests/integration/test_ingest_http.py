@@ -31,7 +31,7 @@ from streams.ingest.series import Series
 from streams.ingest.server import Ingest, build_ingest
 from streams.lab.launchers import free_port
 from streams.settings import Settings
-from tests.integration.harness import client_context, make_tls_files
+from tests.integration.harness import client_context, make_tls_files, wait_for
 
 B = 30_000  # bucket length (ms), the default bucket_s
 MAX_BODY = 2048
@@ -340,7 +340,11 @@ async def start_without_kafka(start_ingest: IngestFactory) -> TestClient:
 
 async def test_without_kafka_ready_is_503(start_ingest: IngestFactory) -> None:
     client = await start_without_kafka(start_ingest)
-    await asyncio.sleep(0.5)  # the producer has tried (and failed) to connect by now
+
+    async def tried() -> float:  # the producer tried to connect, failed, and goes on trying
+        return await metric_value(client, "peerwatch_ingest_kafka_errors_total")
+
+    await wait_for(tried, 30, "a failed connect")
     async with client.get("/-/ready") as reply:
         assert reply.status == 503
 

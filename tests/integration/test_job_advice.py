@@ -9,8 +9,7 @@ from pathlib import Path
 from aiokafka import AIOKafkaProducer
 
 from streams.sinks.advice import Advice, decode_advice
-from tests.integration.harness import Deployment, read_topic, wait_for
-from tests.integration.test_open_buckets import metric
+from tests.integration.harness import Deployment, metric, read_topic, wait_for
 
 NODES = ["n1", "n2", "n3"]
 

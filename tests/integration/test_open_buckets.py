@@ -15,7 +15,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from streams.frames import Frame, encode_frame
-from tests.integration.harness import Deployment, at_least, wait_for
+from tests.integration.harness import Deployment, at_least, metric, wait_for
 
 BUCKET_MS = 30_000
 NODES = [f"node{i:02d}" for i in range(8)]
@@ -33,10 +33,7 @@ async def test_a_bucket_open_at_a_worker_crash_is_scored_with_all_its_frames(
     deployment = Deployment.new(kafka_bootstrap, "", tmp_path)
     # Long enough that only the missing eighth frame can close the open bucket in time.
     deployment.env["PEERWATCH_GRACE_S"] = "600"
-    group = deployment.job
-
-    async def total(name: str) -> float:
-        return sum(await deployment.worker_samples(name))
+    group, port = deployment.job, deployment.metrics_port
 
     producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
     await producer.start()
@@ -54,11 +51,11 @@ async def test_a_bucket_open_at_a_worker_crash_is_scored_with_all_its_frames(
             await send(node, 3)
 
         async def all_consumed() -> bool:
-            return await total("peerwatch_worker_frames_total") >= 3 * 8 + 7
+            return await metric(port, "peerwatch_worker_frames_total") >= 3 * 8 + 7
 
         await wait_for(all_consumed, 60, "the worker to consume the open bucket's frames")
-        assert await total("peerwatch_worker_buckets_scored_total") == 3
-        assert await total("peerwatch_worker_frames_unacked") == 7
+        assert await metric(port, "peerwatch_worker_buckets_scored_total") == 3
+        assert await metric(port, "peerwatch_worker_frames_unacked") == 7
         # the closed buckets' frames are acked; the open bucket's seven are held
         committed = await wait_for(
             deployment.frames_committed, 60, "the closed buckets' commits", until=at_least(3 * 8)
@@ -70,11 +67,11 @@ async def test_a_bucket_open_at_a_worker_crash_is_scored_with_all_its_frames(
         await send(NODES[-1], 3)
 
         async def open_bucket_scored() -> bool:
-            return await total("peerwatch_worker_buckets_scored_total") >= 1
+            return await metric(port, "peerwatch_worker_buckets_scored_total") >= 1
 
         await wait_for(open_bucket_scored, 90, "the restarted worker to score the open bucket")
-        assert await total("peerwatch_worker_bucket_nodes") == len(NODES)
-        assert await total("peerwatch_worker_buckets_scored_total") == 1
+        assert await metric(port, "peerwatch_worker_bucket_nodes") == len(NODES)
+        assert await metric(port, "peerwatch_worker_buckets_scored_total") == 1
     finally:
         worker.stop()
         await producer.stop()

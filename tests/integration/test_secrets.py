@@ -12,7 +12,6 @@ there, and ``xid-log`` without Kafka.
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
 import uuid
@@ -27,6 +26,7 @@ from streams.sinks.outbox import Outbox, alert_key
 from tests.integration.conftest import SecuredAlertmanager
 from tests.integration.harness import (
     Deployment,
+    at_least,
     basic_header,
     client_context,
     make_tls_files,
@@ -174,7 +174,11 @@ async def test_worker_without_kafka_shows_no_secret(tmp_path: Path) -> None:
         f"http://127.0.0.1:{deployment.metrics_port}/metrics",
     )
     with worker:
-        await asyncio.sleep(4.0)  # a few rounds of "kafka_unavailable"
+
+        async def retries_logged() -> int:
+            return (tmp_path / "worker.log").read_text().count("kafka_unavailable")
+
+        await wait_for(retries_logged, 30, "the worker's Kafka retries", until=at_least(2))
         async with httpx.AsyncClient() as client:
             page = (await client.get(f"http://127.0.0.1:{deployment.metrics_port}/metrics")).text
     log = (tmp_path / "worker.log").read_text()

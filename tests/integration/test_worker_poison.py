@@ -15,8 +15,8 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
 
-from tests.integration.harness import Deployment, wait_for
-from tests.integration.test_open_buckets import NODES, frame, metric
+from tests.integration.harness import Deployment, metric, wait_for
+from tests.integration.test_open_buckets import NODES, frame
 
 POISON = [
     (b"group", b"\xff\x00 not json"),
