@@ -23,32 +23,30 @@ import json
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import faust
 from faust.serializers import codecs
-from faust.types import TP
+from faust.types import TP, TopicT
 
 from detectors.advisors.jobs import JobEvent, JobEventError
-from detectors.vocabulary import Advice
 from detectors.xid.kernel_log import parse_kernel_line
 from streams.frames import Frame, FrameError, decode_frame, encode_frame
 from streams.kafka.options import faust_credentials
 from streams.kafka.topics import ensure_topics
 from streams.records import AlertRecord, XidLine
 from streams.settings import Settings
-from streams.sinks.advice import advice_key, advice_record
-from streams.sinks.alertmanager import AlertmanagerSink
-from streams.sinks.credentials import access_for
-from streams.sinks.grafana import GrafanaSink
-from streams.sinks.outbox import open_outbox
-from streams.sinks.payloads import AlertLinks, to_payload, to_record
+from streams.sinks.payloads import AlertLinks
 from streams.telemetry.metrics import WorkerMetrics
-from streams.worker.acks import BucketAcks
 from streams.worker.checkpoints import Checkpoints
+from streams.worker.consuming import GroupConsumer
+from streams.worker.delivery import Sinks
 from streams.worker.health import WorkerHealth, serve_worker_http
 from streams.worker.monitor import LeanMonitor
-from streams.worker.pipeline import Pipeline, Scored
+from streams.worker.ownership import Ownership
+from streams.worker.pipeline import Pipeline
+from streams.worker.publishing import Publisher
 
 log = logging.getLogger("peerwatch.worker")
 
@@ -74,9 +72,55 @@ def tick_frame(group: str) -> Frame:
     return Frame(group=group, node="", ts=-1, values={}, gpus={})
 
 
+@dataclass(frozen=True)
+class WorkerTopics:
+    """The topics the worker reads and writes (the jobs topic only when configured)."""
+
+    frames: TopicT
+    alerts: TopicT
+    advice: TopicT  # the alerts topic, its records raw JSON (streams.sinks.advice)
+    xid: TopicT
+    jobs: TopicT | None
+
+    @classmethod
+    def declare(cls, app: faust.App, settings: Settings, skips: _Skips) -> WorkerTopics:
+        class FramesTopic(faust.Topic):  # type: ignore[misc]
+            """The frames topic; a key that is not UTF-8 is logged, counted and skipped.
+
+            Faust acks such a message, then by default throws the error into the
+            agent, which crashes and restarts on the next one. Values arrive as bytes
+            and are decoded by the agent (``streams.frames``).
+            """
+
+            async def on_key_decode_error(self, exc: Exception, message: Any) -> None:
+                skips.skip("decode", exc, message)
+
+        partitions = settings.topic_partitions
+        raw: dict[str, Any] = {"key_type": str, "value_type": bytes, "value_serializer": "raw"}
+        return cls(
+            frames=FramesTopic(app, topics=[settings.topic_frames], partitions=partitions, **raw),
+            alerts=app.topic(
+                settings.topic_alerts,
+                key_type=str,
+                value_type=AlertRecord,
+                partitions=partitions,
+            ),
+            advice=app.topic(settings.topic_alerts, **raw),
+            xid=app.topic(
+                settings.topic_xid, key_type=str, value_type=XidLine, partitions=partitions
+            ),
+            jobs=(
+                app.topic(settings.topic_job_attempts, partitions=partitions, **raw)
+                if settings.topic_job_attempts
+                else None
+            ),
+        )
+
+
 def create_app(
     settings: Settings, metrics: WorkerMetrics | None = None, ready: WorkerHealth | None = None
 ) -> faust.App:
+    """The worker's Faust app: its topics, tables, agents, timers and sink tasks."""
     metrics = metrics or WorkerMetrics()
     ready = ready or WorkerHealth(metrics)
     app = faust.App(
@@ -95,268 +139,72 @@ def create_app(
         **FAUST_THROUGHPUT,
     )
     skips = _Skips(metrics)
-
-    class FramesTopic(faust.Topic):  # type: ignore[misc]
-        """The frames topic; a key that is not UTF-8 is logged, counted and skipped.
-
-        Faust acks such a message, then by default throws the error into the
-        agent, which crashes and restarts on the next one. Values arrive as bytes
-        and are decoded by the agent (``streams.frames``).
-        """
-
-        async def on_key_decode_error(self, exc: Exception, message: Any) -> None:
-            skips.skip("decode", exc, message)
-
-    frames_topic = FramesTopic(
-        app,
-        topics=[settings.topic_frames],
-        key_type=str,
-        value_type=bytes,
-        value_serializer="raw",
-        partitions=settings.topic_partitions,
+    topics = WorkerTopics.declare(app, settings, skips)
+    pipeline = Pipeline.from_settings(settings)
+    links = AlertLinks.from_settings(settings)
+    sinks = Sinks(settings, metrics, links)  # built before the agents that submit to them
+    publisher = Publisher(
+        pipeline,
+        sinks,
+        metrics,
+        links,
+        send_alert=lambda key, record: topics.alerts.send(key=key, value=record),
+        send_advice=lambda key, record: topics.advice.send(key=key, value=record),
     )
-    alerts_topic = app.topic(
-        settings.topic_alerts,
-        key_type=str,
-        value_type=AlertRecord,
-        partitions=settings.topic_partitions,
+    ownership = Ownership(settings.topic_frames)
+    consumer = GroupConsumer(
+        pipeline,
+        publisher,
+        sinks,
+        metrics,
+        ownership,
+        Checkpoints(settings.snapshot_every_buckets, settings.bucket_ms),
+        state_table=_state_table(app, settings),
+        state_codec=STATE_CODEC,
+        # a job's retry chain spans its restarts, so it is kept apart from the group's
+        # state (which goes when the group ends); same key and partitions as the frames
+        retry_table=(
+            app.Table(
+                "retry-state", default=None, partitions=settings.topic_partitions, key_type=str
+            )
+            if settings.topic_job_attempts
+            else None
+        ),
     )
-    # advice shares the alerts topic as its own JSON record (streams.sinks.advice)
-    advice_topic = app.topic(
-        settings.topic_alerts, key_type=str, value_type=bytes, value_serializer="raw"
-    )
-    # Values are the snapshot's JSON bytes, encoded here by the codec the table used to
-    # apply itself (the same changelog bytes; old changelogs read as before). A table of
-    # dicts kept every group's last snapshot alive as Python objects between buckets, a
-    # second copy of the fleet's state that each full collection of the cyclic GC walked.
-    state_table = app.Table(
+    metrics.frames_unacked.set_function(lambda: len(consumer.held))
+    _consume(app, topics, consumer, skips, ready)
+    _follow_rebalances(app, ownership, sinks, ready)
+    _keep_time(app, settings, pipeline, topics.frames, metrics, ready)
+    for deliver in sinks.tasks():
+        app.task(deliver)
+    app.peerwatch_pipeline = pipeline  # type: ignore[attr-defined]  # for tests and the demo
+    return app
+
+
+def _state_table(app: faust.App, settings: Settings) -> Any:
+    # Values are the snapshot's JSON bytes, encoded by the codec the table used to apply
+    # itself (the same changelog bytes). A table of dicts kept every group's last snapshot
+    # alive as Python objects between buckets, a second copy of the fleet's state that
+    # each full collection of the cyclic GC walked.
+    return app.Table(
         "group-state",
         default=None,
         partitions=settings.topic_partitions,
         key_type=str,
         value_type=bytes,  # Faust: raw bytes in and out
     )
-    pipeline = Pipeline.from_settings(settings)
-    # a job's retry chain spans its restarts, so it is kept apart from the group's state
-    # (which goes when the group ends); same key and partitions as the frames
-    retry_table = (
-        app.Table("retry-state", default=None, partitions=settings.topic_partitions, key_type=str)
-        if settings.topic_job_attempts
-        else None
-    )
-    retry_partition_of: dict[str, int] = {}  # group -> the partition of its retry state
-    links = AlertLinks.from_settings(settings)
-    sink_holder: dict[str, Any] = {}  # the running sinks, set by their tasks
 
-    def on_delivery(outcome: str, n: int) -> None:
-        metrics.deliveries.labels(sink="alertmanager", outcome=outcome).inc(n)
 
-    async def publish(scored: Scored) -> None:
-        # The sinks first: an alert's way to Alertmanager must not wait for this bucket's
-        # metrics, log lines and alert records (nor, through them, for the next group).
-        submit_to_sinks(scored)
-        if scored.ended:  # no bucket was scored: only the resolutions go out
-            await send_changes(scored)
-            return
-        bucket = scored.bucket
-        metrics.buckets.labels(group=bucket.group).inc()
-        # One line per scored bucket: what `peerwatch chaos` counts (scored once/twice/never).
-        log.info(
-            "bucket_scored group=%s bucket=%d nodes=%d expected=%d",
-            bucket.group,
-            bucket.ts,
-            len(bucket.frames),
-            len(bucket.expected),
-        )
-        metrics.bucket_nodes.labels(group=bucket.group).set(len(bucket.frames))
-        metrics.score_seconds.observe(scored.seconds)
-        if scored.result.composition is not None:
-            metrics.observe_composition(bucket.group, scored.result.composition)
-        if scored.result.phase is not None:
-            metrics.observe_phase(bucket.group, scored.result.phase.name)
-        if not scored.result.stale:
-            metrics.nodes.observe(
-                bucket.group, scored.result.verdicts, bucket.frames, scored.active
-            )
-        metrics.nodes.count_xids(bucket.group, scored.changes)
-        slo = pipeline.slo_summary(bucket.group)
-        if slo is not None:
-            verdict = scored.failslow
-            metrics.observe_slo(bucket.group, slo, slow=verdict.slow if verdict else None)
-        metrics.advisors.observe_ledger(bucket.group, *pipeline.ledger_figures(bucket.group))
-        if (checkpoint := pipeline.checkpoint(bucket.group)) is not None:
-            metrics.checkpoint.observe(bucket.group, checkpoint)
-        await send_changes(scored)
-        await send_advice(scored.advice)
+def _consume(
+    app: faust.App,
+    topics: WorkerTopics,
+    consumer: GroupConsumer,
+    skips: _Skips,
+    ready: WorkerHealth,
+) -> None:
+    """The agents: frames, kernel-log XID lines and (when configured) job events."""
 
-    async def send_advice(advice: list[Advice]) -> None:
-        metrics.advisors.count_advice(advice)
-        for a in advice:
-            log.info(
-                "advice_given advisor=%s kind=%s group=%s node=%s action=%s summary=%s",
-                a.advisor,
-                a.kind,
-                a.group,
-                a.node,
-                a.action,
-                a.summary,
-            )
-            await advice_topic.send(key=advice_key(a), value=advice_record(a))
-
-    async def send_changes(scored: Scored) -> None:
-        for change in scored.changes:
-            metrics.alerts.labels(alertname=change.alertname, status=change.status).inc()
-            log.info(
-                "alert_%s alertname=%s group=%s node=%s bucket=%d score=%.2f reason=%s",
-                change.status,
-                change.alertname,
-                change.group,
-                change.node,
-                change.bucket_ts,
-                change.score,
-                change.reason,
-            )
-            await alerts_topic.send(key=change.node or change.group, value=to_record(change, links))
-
-    def submit_to_sinks(scored: Scored) -> None:
-        if (grafana := sink_holder.get("grafana")) is not None:
-            grafana.submit(scored.changes)
-        sink = sink_holder.get("am")
-        if sink is not None:
-            sink.submit(to_payload(c, links) for c in scored.changes)
-            sink.keep_firing(to_payload(a, links) for a in scored.active)
-
-    held = BucketAcks()  # frames not covered by a written snapshot yet (streams.worker.acks)
-    metrics.frames_unacked.set_function(lambda: len(held))
-    checkpoints = Checkpoints(settings.snapshot_every_buckets, settings.bucket_ms)
-    partition_of: dict[str, int] = {}  # group -> the frames partition it arrives on
-    owned: set[int] = set()  # frames partitions assigned to this worker
-    lost: set[int] = set()  # frames partitions a rebalance took away, groups not yet forgotten
-
-    def hold_retry(group: str, partition: int) -> None:
-        # Memory is the truth for a group held here: XID causes (a bucket's, a log line's)
-        # reach it between job events. The table only for one not held: new here, or moved
-        # back after a rebalance (forget_lost_groups dropped it), as the group's state.
-        retry_partition_of[group] = partition
-        if retry_table is None or group in pipeline.retry_states:
-            return
-        if (snap := retry_table.get(group)) is not None:
-            pipeline.restore_retry(group, snap)
-
-    def write_retry(group: str) -> None:
-        # every change written, so a crash or the next owner loses no XID cause either
-        if retry_table is not None:
-            retry_table[group] = pipeline.retry_snapshot(group)
-
-    def forget_lost_groups() -> None:
-        # Their state, open buckets and re-sends are the new owner's now (it restores the
-        # table and gets the unacked frames again); kept here, they would go stale.
-        for group in [g for g, p in retry_partition_of.items() if p in lost]:
-            pipeline.forget_retry(group)  # also of a group ended, or with no frames here
-            del retry_partition_of[group]
-        for group in [g for g, p in partition_of.items() if p in lost]:
-            pipeline.forget(group)
-            held.drop(group)
-            checkpoints.forget(group)
-            metrics.forget_group(group)  # the new owner exports them now
-            del partition_of[group]
-            if (sink := sink_holder.get("am")) is not None:
-                sink.forget_group(group)
-            log.info("group_moved group=%s", group)
-        lost.clear()
-
-    # Faust's stubs want a receiver typed (sender, *args, signal=...); ours name what it sends
-    @app.on_partitions_revoked.connect  # type: ignore[arg-type]
-    async def _partitions_revoked(sender: Any, revoked: set[Any], **kwargs: Any) -> None:
-        # Stop re-sending at once: a worker that is leaving runs no agent step again, and a
-        # re-send after the new owner resolved an alert would make it fire again. A group
-        # that comes back here is put on the re-send schedule by its next bucket.
-        ready.rebalancing()
-        gone = {tp.partition for tp in revoked if tp.topic == settings.topic_frames}
-        if (sink := sink_holder.get("am")) is not None:
-            for group in [g for g, p in partition_of.items() if p in gone]:
-                sink.forget_group(group)
-
-    @app.on_partitions_assigned.connect  # type: ignore[arg-type]
-    async def _partitions_assigned(sender: Any, assigned: set[Any], **kwargs: Any) -> None:
-        # Forgotten by the agent between two frames, never under one half-processed.
-        now = {tp.partition for tp in assigned if tp.topic == settings.topic_frames}
-        lost.update(owned - now)
-        owned.clear()
-        owned.update(now)
-        ready.assigned(len(now))
-
-    async def handle_frame(event: Any, frame: Frame) -> None:
-        if lost:
-            forget_lost_groups()
-        done = event
-        group = frame.group
-        partition_of[group] = event.message.partition
-        if group not in pipeline.windows:
-            hold_retry(group, event.message.partition)
-            if snap := state_table.get(group):
-                pipeline.restore(group, STATE_CODEC.loads(snap))
-                checkpoints.wrote(group, pipeline.window(group).closed_upto)
-                log.info("group_restored group=%s", group)
-        now = time.time()
-        if frame.node or frame.left:
-            # Held until a written snapshot holds what it changed: its bucket's, or for a
-            # late frame or a departure (a member's GPU values or departure, taken now),
-            # the next bucket's.
-            held.hold(group, max(frame.ts, pipeline.window(group).closed_upto + 1), event)
-            done = None
-        if frame.left:
-            pipeline.leave(group, frame.node, frame.ts, now)
-            log.info("node_left group=%s node=%s", group, frame.node)
-        elif frame.node:
-            metrics.frames.inc()
-            if not pipeline.add(
-                group,
-                frame.node,
-                frame.ts,
-                frame.values,
-                frame.gpus,
-                now,
-                frame.role,
-                on_hold=frame.on_hold,
-            ):
-                metrics.frames_late.labels(group=group).inc()
-                log.debug("frame_late group=%s node=%s ts=%d", group, frame.node, frame.ts)
-        scored = pipeline.due(group, now)
-        if group in pipeline.retry_states and any(s.changes for s in scored):
-            write_retry(group)  # it may have taken an XID alert as a cause (rare: transitions)
-        for item in scored:
-            await publish(item)
-        if scored and scored[-1].ended:
-            end_group(group, scored[-1])
-        elif scored:
-            checkpoint(group, scored)
-        if done is not None:
-            done.ack()
-
-    def checkpoint(group: str, scored: list[Scored]) -> None:
-        # Off the cadence when re-scoring these buckets after a crash would re-send what
-        # they decided, or when a node was handed to the group (streams.worker.checkpoints).
-        urgent = any(s.changes or s.advice for s in scored)
-        urgent = pipeline.node_health.take_handed(group) or urgent
-        closed_upto = pipeline.window(group).closed_upto
-        if checkpoints.due(group, closed_upto, urgent):
-            state_table[group] = STATE_CODEC.dumps(pipeline.snapshot(group))
-            checkpoints.wrote(group, closed_upto)
-            held.release(group, closed_upto)
-
-    def end_group(group: str, end: Scored) -> None:
-        # Its alerts were resolved in ``end``; its snapshot goes too (a tombstone in the
-        # changelog): a job id that comes back later starts afresh, as it does here.
-        held.release_all(group)  # the tombstone below covers every frame of it
-        checkpoints.forget(group)
-        if group in state_table:
-            del state_table[group]
-        partition_of.pop(group, None)
-        metrics.forget_group(group)
-        log.info("group_ended group=%s why=%s", group, end.ended)
-
-    @app.agent(frames_topic)
+    @app.agent(topics.frames)
     async def score_frames(stream: Any) -> None:
         ready.agent_running(True)
         try:
@@ -368,7 +216,7 @@ def create_app(
                         skips.skip("decode", exc, event.message)
                         event.ack()
                         continue
-                    await handle_frame(event, frame)
+                    await consumer.frame(event, event.message.partition, frame)
                 except Exception as exc:  # one frame's (or one bucket's) fault: skip it
                     skips.skip("score", exc, event.message)
                     event.ack()  # (acking twice is harmless if it was held)
@@ -380,11 +228,7 @@ def create_app(
         finally:
             ready.agent_running(False)
 
-    xid_topic = app.topic(
-        settings.topic_xid, key_type=str, value_type=XidLine, partitions=settings.topic_partitions
-    )
-
-    @app.agent(xid_topic)
+    @app.agent(topics.xid)
     async def read_xid_lines(stream: Any) -> None:
         # Same key (group) and partition count as the frames: the worker that owns
         # a group's frames gets its log XIDs, judged with the group's next bucket.
@@ -395,23 +239,13 @@ def create_app(
                 log.debug("xid_line_ignored node=%s line=%r", record.node, record.line[:120])
                 continue
             gpu = event.pci_bus_id or "unknown"
-            hold_retry(record.group, message.message.partition)
-            pipeline.add_log_xid(
-                record.group, event.with_origin(node=record.node, gpu=gpu, ts_ms=record.ts)
-            )
-            write_retry(record.group)
+            origin = event.with_origin(node=record.node, gpu=gpu, ts_ms=record.ts)
+            consumer.xid(record.group, message.message.partition, origin)
             log.info("xid_line node=%s xid=%d gpu=%s", record.node, event.xid, gpu)
 
-    if settings.topic_job_attempts:
-        jobs_topic = app.topic(
-            settings.topic_job_attempts,
-            key_type=str,
-            value_type=bytes,
-            value_serializer="raw",
-            partitions=settings.topic_partitions,
-        )
+    if topics.jobs is not None:
 
-        @app.agent(jobs_topic)
+        @app.agent(topics.jobs)
         async def read_job_events(stream: Any) -> None:
             async for event in stream.events():
                 message = event.message
@@ -427,24 +261,41 @@ def create_app(
                         reason,
                     )
                     continue
-                group = job.peer_group
-                hold_retry(group, message.partition)
-                advice = pipeline.add_job_event(job)
-                write_retry(group)
-                metrics.advisors.observe_retry(group, pipeline.retry_figures(group))
-                log.info(
-                    "job_event job=%s attempt=%d state=%s group=%s",
-                    job.name,
-                    job.attempt,
-                    job.state,
-                    group,
-                )
-                await send_advice(advice)
+                await consumer.job_event(job, message.partition)
+
+
+def _follow_rebalances(
+    app: faust.App, ownership: Ownership, sinks: Sinks, ready: WorkerHealth
+) -> None:
+    # Faust's stubs want a receiver typed (sender, *args, signal=...); ours name what it sends
+    @app.on_partitions_revoked.connect  # type: ignore[arg-type]
+    async def _partitions_revoked(sender: Any, revoked: set[Any], **kwargs: Any) -> None:
+        # Stop re-sending at once: a worker that is leaving runs no agent step again, and a
+        # re-send after the new owner resolved an alert would make it fire again. A group
+        # that comes back here is put on the re-send schedule by its next bucket.
+        ready.rebalancing()
+        for group in ownership.revoked(revoked):
+            sinks.forget_group(group)
+
+    @app.on_partitions_assigned.connect  # type: ignore[arg-type]
+    async def _partitions_assigned(sender: Any, assigned: set[Any], **kwargs: Any) -> None:
+        # the groups moved away are forgotten by the agent between two frames
+        ready.assigned(ownership.assigned(assigned))
 
     @app.on_rebalance_complete.connect  # type: ignore[arg-type]
     async def _restored(sender: Any, **kwargs: Any) -> None:
         ready.rebalance_complete()
 
+
+def _keep_time(
+    app: faust.App,
+    settings: Settings,
+    pipeline: Pipeline,
+    frames: TopicT,
+    metrics: WorkerMetrics,
+    ready: WorkerHealth,
+) -> None:
+    """The timers: quiet groups' ticks, the Kafka probe behind readiness, consumer lag."""
     kafka_probe: list[asyncio.Task[Any]] = []  # the probe in flight, if any
 
     @app.timer(KAFKA_PROBE_EVERY_S)
@@ -467,7 +318,7 @@ def create_app(
     @app.timer(TICK_EVERY_S)
     async def wake_quiet_groups() -> None:
         for group in pipeline.groups_waiting(time.time()):
-            await frames_topic.send(key=group, value=encode_frame(tick_frame(group)))
+            await frames.send(key=group, value=encode_frame(tick_frame(group)))
 
     @app.timer(LAG_EVERY_S)
     async def measure_lag() -> None:
@@ -478,52 +329,6 @@ def create_app(
             log.warning("consumer_lag_unknown error=%r", exc)
             return
         metrics.observe_lag(frames_lag(ends, app.monitor.tp_read_offsets))
-
-    # undelivered alerts are journaled here, so a restart delivers what was decided before it
-    outbox_dir = settings.outbox_dir or settings.datadir / "outbox"
-
-    if settings.alertmanager_url:
-
-        @app.task
-        async def deliver_alerts() -> None:
-            access = access_for(settings, "alertmanager")
-            async with access.client() as client:
-                sink = AlertmanagerSink(
-                    access.url,
-                    client,
-                    auth=access.auth,
-                    resend_s=settings.alert_resend_s,
-                    on_result=on_delivery,
-                    outbox=open_outbox(outbox_dir, "alertmanager"),
-                )
-                sink_holder["am"] = sink
-                try:
-                    await sink.run()
-                finally:
-                    del sink_holder["am"]
-
-    if settings.grafana_url:
-
-        @app.task
-        async def annotate_grafana() -> None:
-            access = access_for(settings, "grafana")
-            async with access.client(timeout=10.0) as client:
-                grafana = GrafanaSink(
-                    access.url,
-                    client,
-                    auth=access.auth,
-                    dashboard_uid=settings.grafana_dashboard_uid,
-                    bucket_ms=settings.bucket_ms,
-                    outbox=open_outbox(outbox_dir, "grafana"),
-                )
-                sink_holder["grafana"] = grafana
-                try:
-                    await grafana.run()
-                finally:
-                    del sink_holder["grafana"]
-
-    app.peerwatch_pipeline = pipeline  # type: ignore[attr-defined]  # for tests and the demo
-    return app
 
 
 def frames_lag(ends: Mapping[Any, int], read: Mapping[Any, int]) -> dict[int, int]:

@@ -16,7 +16,8 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from streams.telemetry.metrics import WorkerMetrics
-from streams.worker.pipeline import Scored
+from streams.worker.pipeline import Pipeline
+from streams.worker.publishing import observe_bucket
 from tests.unit.test_node_metrics import remap_rounds
 
 # what Prometheus 2.x sends (scrape_protocols' default)
@@ -25,21 +26,6 @@ PROMETHEUS_ACCEPT = (
     "application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
 )
 MOVING = ("process_", "python_gc_")  # change between two renderings of the same registry
-
-
-def publish(m: WorkerMetrics, item: Scored) -> None:
-    """What the worker's ``publish`` exports of one scored bucket (``streams.worker.app``)."""
-    group = item.bucket.group
-    m.buckets.labels(group=group).inc()
-    m.bucket_nodes.labels(group=group).set(len(item.bucket.frames))
-    if item.result.composition is not None:
-        m.observe_composition(group, item.result.composition)
-    if item.result.phase is not None:
-        m.observe_phase(group, item.result.phase.name)
-    if not item.result.stale:
-        m.nodes.observe(group, item.result.verdicts, item.bucket.frames, item.active)
-    m.nodes.count_xids(group, item.changes)
-    m.advisors.observe_ledger(group, 0.5, {"gpu066": {94: 1}}, {"gpu066": 1})
 
 
 def lines(text: str) -> list[str]:
@@ -71,10 +57,12 @@ def assert_page_is_the_registry(m: WorkerMetrics) -> None:
 
 
 def run(m: WorkerMetrics, *, scrape: bool) -> None:
-    for scored in remap_rounds():
+    """A simulated job's buckets on ``m`` as the worker exports them (``observe_bucket``)."""
+    pipelines: list[Pipeline] = []
+    for scored in remap_rounds(before_round=lambda pipeline, _: pipelines.append(pipeline)):
         for item in scored:
             if not item.ended:
-                publish(m, item)
+                observe_bucket(m, pipelines[0], item)
         if scrape:
             assert_page_is_the_registry(m)
 
@@ -96,11 +84,12 @@ def test_a_page_after_many_buckets_equals_one_after_each() -> None:
     run(once, scrape=False)
     each_lines, once_lines = (lines(m.page(None)[0].decode()) for m in (each, once))
 
-    def created(line: str) -> bool:  # a counter series' creation time: the two runs' differ
-        return line.split("{")[0].split(" ")[0].endswith("_created")
+    def timed(line: str) -> bool:  # a series' creation time, scoring times: the runs' differ
+        name = line.split("{")[0].split(" ")[0]
+        return name.endswith("_created") or name.startswith("peerwatch_worker_score_seconds")
 
-    assert [ln for ln in each_lines if not created(ln)] == [
-        ln for ln in once_lines if not created(ln)
+    assert [ln for ln in each_lines if not timed(ln)] == [
+        ln for ln in once_lines if not timed(ln)
     ]
 
 

@@ -7,7 +7,7 @@ firing alerts are exported; a group's series go when it ends or moves.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import generate_latest
 
@@ -20,7 +20,8 @@ from streams.lab.simulator.run import generate
 from streams.settings import Settings
 from streams.telemetry.metrics import WorkerMetrics, remapped_rows
 from streams.worker.offline import score_rounds
-from streams.worker.pipeline import Scored
+from streams.worker.pipeline import Pipeline, Scored
+from streams.worker.publishing import observe_bucket
 
 MINUTE = 60_000
 
@@ -116,9 +117,12 @@ def test_skipped_frame_counters_exist_at_zero_before_the_first_skip() -> None:
         assert f'peerwatch_worker_frames_failed_total{{stage="{stage}"}} 0.0' in text
 
 
-def remap_rounds(victim: str = "gpu066") -> Iterator[list[Scored]]:
+def remap_rounds(
+    victim: str = "gpu066", before_round: Callable[[Pipeline, int | None], None] | None = None
+) -> Iterator[list[Scored]]:
     """Each round's scored buckets of a simulated job of 8 nodes and a spare whose
-    ``victim`` gets an uncorrectable row remap (and its XID 94) after 15 minutes."""
+    ``victim`` gets an uncorrectable row remap (and its XID 94) after 15 minutes
+    (``before_round`` as ``score_rounds``')."""
     start = 1_760_000_000_000 // MINUTE * MINUTE
     config = ClusterConfig(
         seed=3,
@@ -130,7 +134,8 @@ def remap_rounds(victim: str = "gpu066") -> Iterator[list[Scored]]:
         faults=(UncorrectableRemap(node=victim, gpu=2, onset_ms=start + 15 * MINUTE + 7_000),),
     )
     settings = Settings(group_labels=["train_job"])
-    for _, scored in score_rounds(generate(config, end_ms=start + 20 * MINUTE), settings):
+    rounds = generate(config, end_ms=start + 20 * MINUTE)
+    for _, scored in score_rounds(rounds, settings, before_round):
         yield scored
 
 
@@ -139,19 +144,18 @@ def test_a_simulated_uncorrectable_remap_shows_in_the_node_series() -> None:
     the victim's remap and its XID 94 counted, its XID alert firing."""
     victim = "gpu066"
     m = WorkerMetrics()
-    for scored in remap_rounds(victim):
+    pipelines: list[Pipeline] = []
+    for scored in remap_rounds(victim, lambda pipeline, _: pipelines.append(pipeline)):
         for item in scored:
-            if not item.ended and not item.result.stale:
-                group = item.bucket.group
-                m.nodes.observe(group, item.result.verdicts, item.bucket.frames, item.active)
-                m.nodes.count_xids(group, item.changes)
+            if not item.ended:
+                observe_bucket(m, pipelines[0], item)
     text = exported(m)
-    scored = {
+    nodes = {
         line.split('node="')[1].split('"')[0]
         for line in text.splitlines()
         if line.startswith('peerwatch_node_score{group="job-a"')
     }
-    assert len(scored) == 8 and victim in scored
+    assert len(nodes) == 8 and victim in nodes
     row = f'peerwatch_node_remapped_rows{{group="job-a",kind="uncorrectable",node="{victim}"}} 1.0'
     assert row in text
     assert f'peerwatch_node_xid_alerts_total{{group="job-a",node="{victim}",xid="94"}} 1.0' in text

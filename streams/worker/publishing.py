@@ -1,0 +1,101 @@
+"""What the worker makes known of a scored bucket: the sinks first, then metrics, log
+lines, the alerts topic's records and advice."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from detectors.vocabulary import Advice
+from streams.records import AlertRecord
+from streams.sinks.advice import advice_key, advice_record
+from streams.sinks.payloads import AlertLinks, to_record
+from streams.telemetry.metrics import WorkerMetrics
+from streams.worker.delivery import Sinks
+from streams.worker.pipeline import Pipeline, Scored
+
+log = logging.getLogger("peerwatch.worker")
+
+# a topic's send: (key, value) -> done (Faust's ``Topic.send`` with its arguments named)
+SendAlert = Callable[[str, AlertRecord], Awaitable[object]]
+SendAdvice = Callable[[str, bytes], Awaitable[object]]
+
+
+@dataclass(frozen=True)
+class Publisher:
+    pipeline: Pipeline
+    sinks: Sinks
+    metrics: WorkerMetrics
+    links: AlertLinks
+    send_alert: SendAlert
+    send_advice: SendAdvice
+
+    async def publish(self, scored: Scored) -> None:
+        # The sinks first: an alert's way to Alertmanager must not wait for this bucket's
+        # metrics, log lines and alert records (nor, through them, for the next group).
+        self.sinks.submit(scored.changes, scored.active)
+        if not scored.ended:  # else no bucket was scored: only the resolutions go out
+            observe_bucket(self.metrics, self.pipeline, scored)
+        await self._send_changes(scored)
+        if not scored.ended:
+            await self.advise(scored.advice)
+
+    async def _send_changes(self, scored: Scored) -> None:
+        for change in scored.changes:
+            self.metrics.alerts.labels(alertname=change.alertname, status=change.status).inc()
+            log.info(
+                "alert_%s alertname=%s group=%s node=%s bucket=%d score=%.2f reason=%s",
+                change.status,
+                change.alertname,
+                change.group,
+                change.node,
+                change.bucket_ts,
+                change.score,
+                change.reason,
+            )
+            await self.send_alert(change.node or change.group, to_record(change, self.links))
+
+    async def advise(self, advice: list[Advice]) -> None:
+        """Count, log and send advice (a bucket's, or a job event's)."""
+        self.metrics.advisors.count_advice(advice)
+        for a in advice:
+            log.info(
+                "advice_given advisor=%s kind=%s group=%s node=%s action=%s summary=%s",
+                a.advisor,
+                a.kind,
+                a.group,
+                a.node,
+                a.action,
+                a.summary,
+            )
+            await self.send_advice(advice_key(a), advice_record(a))
+
+
+def observe_bucket(metrics: WorkerMetrics, pipeline: Pipeline, scored: Scored) -> None:
+    """A scored bucket's figures on the worker's /metrics, and its log line."""
+    bucket, result = scored.bucket, scored.result
+    metrics.buckets.labels(group=bucket.group).inc()
+    # One line per scored bucket: what `peerwatch chaos` counts (scored once/twice/never).
+    log.info(
+        "bucket_scored group=%s bucket=%d nodes=%d expected=%d",
+        bucket.group,
+        bucket.ts,
+        len(bucket.frames),
+        len(bucket.expected),
+    )
+    metrics.bucket_nodes.labels(group=bucket.group).set(len(bucket.frames))
+    metrics.score_seconds.observe(scored.seconds)
+    if result.composition is not None:
+        metrics.observe_composition(bucket.group, result.composition)
+    if result.phase is not None:
+        metrics.observe_phase(bucket.group, result.phase.name)
+    if not result.stale:
+        metrics.nodes.observe(bucket.group, result.verdicts, bucket.frames, scored.active)
+    metrics.nodes.count_xids(bucket.group, scored.changes)
+    if (slo := pipeline.slo_summary(bucket.group)) is not None:
+        verdict = scored.failslow
+        metrics.observe_slo(bucket.group, slo, slow=verdict.slow if verdict else None)
+    metrics.advisors.observe_ledger(bucket.group, *pipeline.ledger_figures(bucket.group))
+    if (checkpoint := pipeline.checkpoint(bucket.group)) is not None:
+        metrics.checkpoint.observe(bucket.group, checkpoint)
