@@ -257,8 +257,9 @@ async def committed_offsets(bootstrap: str, group_id: str, topic: str) -> int:
 
 
 async def read_alert_records(bootstrap: str, topic: str) -> list[dict]:
-    """The alert changes on the alerts topic: every record but the advisors' (README
-    "Advice on peerwatch.alerts": those carry ``"record": "advice"``)."""
+    """The alert changes on the alerts topic: every record but the advisors' (those carry
+    ``"record": "advice"``; docs/architecture.md, "Job lifecycle events, retry advice and
+    the node ledger")."""
     return [r for r in await read_topic(bootstrap, topic) if r.get("record") != ADVICE_RECORD]
 
 

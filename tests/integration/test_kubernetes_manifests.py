@@ -223,7 +223,7 @@ def _mounted_settings(
 def test_the_worker_keeps_its_state_on_its_claim(
     objects: list[dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """RocksDB (the store the README recommends) under the datadir, which is the claim."""
+    """RocksDB (docs/configuration.md: the production store) under the datadir, the claim."""
     worker = one(objects, "StatefulSet", "peerwatch-worker")
     (container,) = worker["spec"]["template"]["spec"]["containers"]
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
