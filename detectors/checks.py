@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 import numpy as np
 
+from detectors.errors import RulesError
+
 if TYPE_CHECKING:
     from typing import Unpack
 
@@ -48,7 +50,7 @@ MAX_NAME = 1024  # characters in a job, node or group name read off the wire
 
 T = TypeVar("T")
 Rule = Callable[[str, Any], None]
-"""``rule(name, value)`` raises ValueError naming the field if the value is not allowed."""
+"""``rule(name, value)`` raises RulesError (a ValueError) naming a field not allowed."""
 
 _RULE = "detectors.checks.rule"  # the dataclass field metadata key of a field's rule
 
@@ -135,7 +137,7 @@ def flag(default: bool) -> bool:
 
     def rule(name: str, value: Any) -> None:
         if not isinstance(value, bool):
-            raise ValueError(f"{name} must be a bool, got {value!r}")
+            raise RulesError(f"{name} must be a bool, got {value!r}")
 
     return checked(default, rule)
 
@@ -145,7 +147,7 @@ def part(kind: type[T], factory: Callable[[], T] | None = None) -> T:
 
     def rule(name: str, value: Any) -> None:
         if not isinstance(value, kind):
-            raise ValueError(f"{name} must be a {kind.__name__}, got {value!r}")
+            raise RulesError(f"{name} must be a {kind.__name__}, got {value!r}")
 
     return dataclasses.field(default_factory=factory or kind, metadata={_RULE: rule})
 
@@ -155,7 +157,7 @@ def check_at_least(owner: object, name: str, floor: str, why: str = "") -> None:
     value, low = getattr(owner, name), getattr(owner, floor)
     if value < low:
         reason = f": {why}" if why else ""
-        raise ValueError(f"{name} ({value}) must be >= {floor} ({low}){reason}")
+        raise RulesError(f"{name} ({value}) must be >= {floor} ({low}){reason}")
 
 
 def check_ints(owner: object, *names: str, minimum: int = 1, maximum: int | None = None) -> None:
@@ -177,7 +179,7 @@ def _int_rule(minimum: int, maximum: int | None, why: str = "") -> Rule:
         if not is_int(value) or value < minimum or (maximum is not None and value > maximum):
             bounds = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
             reason = f" ({why})" if why else ""
-            raise ValueError(f"{name} must be an int {bounds}{reason}, got {value!r}")
+            raise RulesError(f"{name} must be an int {bounds}{reason}, got {value!r}")
 
     return rule
 
@@ -196,7 +198,7 @@ def _real_rule(
             or (at_most is not None and value > at_most)
         )
         if not ok:
-            raise ValueError(
+            raise RulesError(
                 f"{name} must be {_bounds(above, at_least, below, at_most)}, got {value!r}"
             )
 

@@ -3,7 +3,7 @@
 ``to_data(state)`` gives plain dicts/lists/str/int/float/None (a dataclass becomes
 a dict keyed by its field names; tuples become lists); ``from_data(cls, data)``
 rebuilds ``cls`` from that, converting each field by its annotation and raising
-``ValueError`` naming the class and field on anything malformed. A field absent
+``RulesError`` (a ``ValueError``) naming the class and field on anything malformed. A field absent
 from ``data`` takes its default (states saved before the field existed restore).
 
 A field whose compact form differs (numpy arrays as base64, a value only
@@ -45,6 +45,8 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal, Self, TypeVar, Union
 
 import numpy as np
+
+from detectors.errors import RulesError
 
 T = TypeVar("T")
 
@@ -101,14 +103,14 @@ def decode_array(text: Any, dtype: str, shape: tuple[int, ...], where: str) -> A
     """:func:`encode_array`'s output back as a ``shape`` array; ``ValueError`` if malformed."""
     wire = np.dtype(dtype)
     if not isinstance(text, str):
-        raise ValueError(f"{where} must be a base64 string")
+        raise RulesError(f"{where} must be a base64 string")
     try:
         raw = base64.b64decode(text.encode("ascii"), validate=True)
     except (ValueError, UnicodeEncodeError):
-        raise ValueError(f"{where} is not valid base64") from None
+        raise RulesError(f"{where} is not valid base64") from None
     expected = math.prod(shape) * wire.itemsize
     if len(raw) != expected:
-        raise ValueError(f"{where} has {len(raw)} bytes, expected {expected}")
+        raise RulesError(f"{where} has {len(raw)} bytes, expected {expected}")
     # A private, writable, native-order copy (frombuffer alone would alias read-only bytes).
     return np.frombuffer(raw, dtype=wire).reshape(shape).astype(wire.newbyteorder("="))
 
@@ -144,7 +146,7 @@ def check(validate: Callable[[Any, str], None]) -> dict[str, Any]:
 
 def _all_finite(value: Any, where: str) -> None:
     if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"{where} must be finite, got {value!r}")
+        raise RulesError(f"{where} must be finite, got {value!r}")
     if isinstance(value, (tuple, list)):
         for item in value:
             _all_finite(item, where)
@@ -154,7 +156,7 @@ def _all_finite_non_negative(value: Any, where: str) -> None:
     _all_finite(value, where)
     values = value if isinstance(value, (tuple, list)) else (value,)
     if any(isinstance(v, (int, float)) and v < 0 for v in values):
-        raise ValueError(f"{where} must be >= 0, got {value!r}")
+        raise RulesError(f"{where} must be >= 0, got {value!r}")
 
 
 def _sorted_mapping(value: Mapping[Any, Any]) -> dict[Any, Any]:
@@ -196,7 +198,7 @@ def _nans_as_nulls(values: tuple[float, ...]) -> list[float | None]:
 
 def _nulls_as_nans(data: Any, where: str) -> tuple[float, ...]:
     if not isinstance(data, list):
-        raise ValueError(f"{where} must be a list, got {type(data).__name__}")
+        raise RulesError(f"{where} must be a list, got {type(data).__name__}")
     return tuple(_null_as_nan(x, f"{where}[{i}]") for i, x in enumerate(data))
 
 
@@ -283,7 +285,7 @@ def _versioned(cls: type[JsonState], data: Mapping[str, Any]) -> Mapping[str, An
     version = data.get(key)
     if version != current and (isinstance(version, bool) or version not in cls.LEGACY_VERSIONS):
         label = cls.LABEL or cls.__name__
-        raise ValueError(f"unsupported {label} {key} {version!r} (expected {current})")
+        raise RulesError(f"unsupported {label} {key} {version!r} (expected {current})")
     return data if version == current else cls.upgrade(data, version)
 
 
@@ -466,7 +468,7 @@ def from_data(cls: type[T], data: Any, where: str | None = None) -> T:
     """Rebuild dataclass ``cls`` from :func:`to_data`'s output; ``ValueError`` if malformed."""
     where = where or cls.__name__
     if not isinstance(data, Mapping):
-        raise ValueError(f"{where} must be a JSON object, got {type(data).__name__}")
+        raise RulesError(f"{where} must be a JSON object, got {type(data).__name__}")
     if issubclass(cls, JsonState):
         data = _versioned(cls, data) if cls.VERSION is not None else cls.filled(data)
     hints = _hints(cls)
@@ -475,7 +477,7 @@ def from_data(cls: type[T], data: Any, where: str | None = None) -> T:
         name = f.metadata.get(_KEY, f.name)
         if name not in data:
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise ValueError(f"{where} is missing {name!r}")
+                raise RulesError(f"{where} is missing {name!r}")
             continue
         h = f.metadata.get(_HOOK)
         at = f"{where}.{name}"
@@ -493,7 +495,7 @@ def from_data(cls: type[T], data: Any, where: str | None = None) -> T:
     try:
         state = cls(**kwargs)
     except TypeError as exc:
-        raise ValueError(f"malformed {where}: {exc}") from None
+        raise RulesError(f"malformed {where}: {exc}") from None
     return state.restored() if isinstance(state, JsonState) else state
 
 
@@ -516,25 +518,25 @@ def decode(hint: Any, data: Any, where: str) -> Any:
                 return decode(arm, data, where)
             except ValueError:
                 continue
-        raise ValueError(f"{where}: {data!r} matches none of {hint}")
+        raise RulesError(f"{where}: {data!r} matches none of {hint}")
     if data is None and hint is not type(None):
-        raise ValueError(f"{where} must not be null")
+        raise RulesError(f"{where} must not be null")
     if origin is Literal:
         if data not in args:
-            raise ValueError(f"{where} must be one of {list(args)}, got {data!r}")
+            raise RulesError(f"{where} must be one of {list(args)}, got {data!r}")
         return data
     if origin in (frozenset, set):
         if not isinstance(data, (list, tuple)):
-            raise ValueError(f"{where} must be a list, got {type(data).__name__}")
+            raise RulesError(f"{where} must be a list, got {type(data).__name__}")
         item = args[0] if args else Any
         members = {decode(item, d, f"{where}[{i}]") for i, d in enumerate(data)}
         return frozenset(members) if origin is frozenset else members
     if origin is tuple or origin is list:
         if not isinstance(data, (list, tuple)):
-            raise ValueError(f"{where} must be a list, got {type(data).__name__}")
+            raise RulesError(f"{where} must be a list, got {type(data).__name__}")
         if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
             if len(data) != len(args):
-                raise ValueError(f"{where} must have {len(args)} items, got {len(data)}")
+                raise RulesError(f"{where} must have {len(args)} items, got {len(data)}")
             return tuple(
                 decode(a, d, f"{where}[{i}]")
                 for i, (a, d) in enumerate(zip(args, data, strict=True))
@@ -544,7 +546,7 @@ def decode(hint: Any, data: Any, where: str) -> Any:
         return tuple(items) if origin is tuple else items
     if origin in (dict, Mapping) or hint is dict:
         if not isinstance(data, Mapping):
-            raise ValueError(f"{where} must be an object, got {type(data).__name__}")
+            raise RulesError(f"{where} must be an object, got {type(data).__name__}")
         key, val = args if args else (Any, Any)
         return {
             decode(key, k, f"{where} key"): decode(val, v, f"{where}[{k!r}]")
@@ -553,12 +555,12 @@ def decode(hint: Any, data: Any, where: str) -> Any:
     if dataclasses.is_dataclass(hint) and isinstance(hint, type):
         if not issubclass(hint, JsonState) and hasattr(hint, "from_dict"):
             if not isinstance(data, Mapping):
-                raise ValueError(f"{where} must be a JSON object, got {type(data).__name__}")
+                raise RulesError(f"{where} must be a JSON object, got {type(data).__name__}")
             return hint.from_dict(data)
         return from_data(hint, data, where)
     if hint is bool:
         if not isinstance(data, bool):
-            raise ValueError(f"{where} must be a bool, got {data!r}")
+            raise RulesError(f"{where} must be a bool, got {data!r}")
         return data
     if hint is int:
         if isinstance(data, bool) or not isinstance(data, int):
@@ -566,13 +568,13 @@ def decode(hint: Any, data: Any, where: str) -> Any:
                 return int(data)
             if isinstance(data, str) and key_is_int(data):
                 return int(data)
-            raise ValueError(f"{where} must be an int, got {data!r}")
+            raise RulesError(f"{where} must be an int, got {data!r}")
         return data
     if hint is float:
         return _float(data, where)
     if hint is str:
         if not isinstance(data, str):
-            raise ValueError(f"{where} must be a string, got {data!r}")
+            raise RulesError(f"{where} must be a string, got {data!r}")
         return data
     raise TypeError(f"state_codec cannot decode {hint!r} at {where}")  # a programming error
 
@@ -586,7 +588,7 @@ def key_is_int(text: str) -> bool:
 
 def _float(data: Any, where: str) -> float:
     if isinstance(data, bool) or not isinstance(data, (int, float)):
-        raise ValueError(f"{where} must be a number, got {data!r}")
+        raise RulesError(f"{where} must be a number, got {data!r}")
     return float(data)
 
 

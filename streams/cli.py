@@ -1,8 +1,10 @@
 """`peerwatch` command line: demo | ingest | worker | simulate | evaluate | chaos | ….
 
 Each command builds one ``Settings`` (file < env < flags) and hands it to the
-part that runs. Only peerwatch's own errors and bad settings are caught here and
-printed as ``Type: message``; anything else is a bug and keeps its traceback.
+part that runs. Only peerwatch's own errors (``PeerwatchError``, for every command
+at once) and bad settings are caught here and printed as ``Type: message``, exit 1;
+anything else is a bug and keeps its traceback. A command that checks something
+(``evaluate``, ``chaos``) exits 1 when the check fails, as promtool and amtool do.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
+from detectors.errors import PeerwatchError
 from streams.settings import Settings, load_settings
 from streams.telemetry.logs import configure_logging
 
@@ -39,7 +42,17 @@ def _without_inputs(exc: ValidationError) -> str:
     return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in errors)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """peerwatch's commands: its own errors end any of them as ``Type: message``, exit 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except PeerwatchError as exc:
+            raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--config",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -96,17 +109,13 @@ def ingest(ctx: click.Context, **flags: Any) -> None:
 @click.pass_context
 def worker(ctx: click.Context, metrics_port: int | None, **flags: Any) -> None:
     """Score frames per peer group and send alerts (a Faust worker)."""
-    from streams.kafka.options import KafkaLoginError
     from streams.worker.app import run_worker
 
     if metrics_port is not None:
         if flags["worker_web_port"] is not None:
             raise click.UsageError("--metrics-port is the old name of --web-port: give one")
         flags["worker_web_port"] = metrics_port
-    try:
-        run_worker(_settings(ctx, **flags), loglevel=ctx.obj["log_level"])
-    except KafkaLoginError as exc:
-        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+    run_worker(_settings(ctx, **flags), loglevel=ctx.obj["log_level"])
 
 
 @main.command()
@@ -138,7 +147,6 @@ def demo(
     from rich.console import Console
 
     from streams.lab.demo import run_demo
-    from streams.lab.launchers import ServiceError
 
     kafka = kafka or os.environ.get("PEERWATCH_KAFKA")
     console = Console()
@@ -149,7 +157,7 @@ def demo(
     except KeyboardInterrupt:
         console.print("stopped.")
         return
-    except (ServiceError, RuntimeError, TimeoutError, ConnectionError) as exc:
+    except (RuntimeError, TimeoutError, ConnectionError) as exc:  # the lab's services
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
     firing = sorted(
         {
@@ -317,7 +325,8 @@ def evaluate(
 ) -> None:
     """Run labelled scenarios through the detectors and print recall, lead time vs XID,
     false pages per group-day (critical, node warnings, group alerts) and culprit
-    accuracy against their targets. Each scenario runs with its own worker settings."""
+    accuracy against their targets. Each scenario runs with its own worker settings.
+    Exits 1 when a target is missed (MISS), naming each on stderr."""
     _needs_the_lab("evaluate")
     import json
     import time
@@ -393,6 +402,9 @@ def evaluate(
             title=f"{first.scenario} seed {first.seed}: node scores",
         )
         click.echo(f"plot: {plot}", err=True)
+    if missed := report.missed():  # a check that fails exits non-zero, as chaos does
+        click.echo(f"evaluate: {len(missed)} target(s) missed: {'; '.join(missed)}", err=True)
+        sys.exit(1)
 
 
 @main.command()
@@ -437,7 +449,6 @@ def chaos(
 
     from streams.lab.chaos.faults import parse_faults
     from streams.lab.chaos.run import DEFAULT_FAULTS, ChaosPlan, run_chaos
-    from streams.lab.launchers import ServiceError
 
     try:
         plan = ChaosPlan(
@@ -458,7 +469,7 @@ def chaos(
     click.echo(f"lab in {where}; streaming {plan.stream_s:.0f} s", err=True)
     try:
         report = asyncio.run(run_chaos(plan, where, kafka))
-    except (ServiceError, ValueError) as exc:
+    except ValueError as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
     click.echo(report.render())
     if json_path:
@@ -483,7 +494,6 @@ def alerts(
     from rich.console import Console
 
     from streams.alerts_view import show_alerts
-    from streams.kafka.options import KafkaLoginError
 
     settings = _settings(ctx, kafka=kafka, topic_alerts=topic_alerts)
     logging.getLogger("aiokafka").setLevel(logging.ERROR)  # its retries would scroll the view
@@ -493,8 +503,6 @@ def alerts(
         return
     except KafkaError as exc:  # its text starts with its type name
         raise click.ClickException(str(exc)) from exc
-    except KafkaLoginError as exc:
-        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
 
 
 @main.command("xid-log")
@@ -511,13 +519,9 @@ def xid_log(
     ctx: click.Context, kafka: str | None, node: str, group: str, wal_dir: Path | None
 ) -> None:
     """Ship NVRM Xid kernel log lines from stdin to the xid topic."""
-    from streams.kafka.options import KafkaLoginError
     from streams.sources.xid_log import run_xid_log
 
-    try:
-        sent = run_xid_log(_settings(ctx, kafka=kafka, xid_log_wal_dir=wal_dir), node, group)
-    except KafkaLoginError as exc:
-        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+    sent = run_xid_log(_settings(ctx, kafka=kafka, xid_log_wal_dir=wal_dir), node, group)
     click.echo(f"sent {sent} XID lines", err=True)
 
 
@@ -616,11 +620,10 @@ def backtest(
     --job-events, the retry advisor's too)."""
     import time
 
-    from streams.backtest.history import BacktestError, TimeRange, parse_time_ms
+    from streams.backtest.history import TimeRange, parse_time_ms
     from streams.backtest.job_events import load_job_events
-    from streams.backtest.report import ReportError
     from streams.backtest.run import backtest_to, open_source
-    from streams.backtest.summary import EventsFileError, load_events
+    from streams.backtest.summary import load_events
 
     settings = _settings(ctx)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per chunk otherwise
@@ -635,7 +638,7 @@ def backtest(
         chunk_ms = max(bucket, round(chunk_hours * 3_600_000) // bucket * bucket)
         source = open_source(kind, url, selector, settings, chunk_ms)
         stats, result = backtest_to(out, source, time_range, settings, known, jobs)
-    except (BacktestError, EventsFileError, ReportError, OSError) as exc:
+    except OSError as exc:  # the events files, the output directory
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
     lead = result.get("lead_time", {})
     click.echo(

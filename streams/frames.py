@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 import orjson
 
+from detectors.errors import InputError
 from detectors.features import FeatureSpec
 
 __all__ = ["Frame", "FrameError", "decode_frame", "encode_frame", "merge_frames"]
@@ -55,7 +56,7 @@ class Frame:
 # --- codec --------------------------------------------------------------------------------------
 
 
-class FrameError(ValueError):
+class FrameError(InputError):
     """Bytes that are not a frame, or a frame that cannot be put on the wire."""
 
 

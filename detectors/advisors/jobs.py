@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from detectors.checks import check_name
+from detectors.errors import InputError
 from detectors.state_codec import OPTIONAL, JsonRecord, omit
 
 __all__ = ["JOB_STATES", "JobEvent", "JobEventError", "JobState", "JobXid", "Trigger"]
@@ -38,7 +39,7 @@ Trigger = Literal["auto", "manual"]
 MAX_NODES = 100_000  # a bound on one event, far above any gang
 
 
-class JobEventError(ValueError):
+class JobEventError(InputError):
     """A job event that cannot be read (the reason says which field)."""
 
 

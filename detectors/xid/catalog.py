@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from detectors.errors import CatalogError
 from detectors.xid.actions import ACTIONS, SEVERITIES, SEVERITY_RANK, Severity, is_action
 
 __all__ = ["XidCatalog", "XidEntry"]
@@ -45,13 +46,13 @@ class XidEntry:
     def __post_init__(self) -> None:
         where = f"xid {self.xid}" + (f" substatus {self.substatus!r}" if self.substatus else "")
         if isinstance(self.xid, bool) or not isinstance(self.xid, int) or self.xid < 0:
-            raise ValueError(f"{where}: xid must be an int >= 0")
+            raise CatalogError(f"{where}: xid must be an int >= 0")
         if self.severity not in SEVERITY_RANK:
-            raise ValueError(f"{where}: unknown severity {self.severity!r}; known: {SEVERITIES}")
+            raise CatalogError(f"{where}: unknown severity {self.severity!r}; known: {SEVERITIES}")
         for name in ("action", "repeat_action"):
             value = getattr(self, name)
             if value is not None and not is_action(value):
-                raise ValueError(
+                raise CatalogError(
                     f"{where}: unknown {name} {value!r}; known: {', '.join(ACTIONS)}, "
                     "WORKFLOW_<NAME>"
                 )
@@ -91,12 +92,12 @@ class XidCatalog:
 
     def __post_init__(self) -> None:
         if self.unknown.known:
-            raise ValueError(
+            raise CatalogError(
                 f"profile {self.profile!r}: the unknown-XID entry must have known=False"
             )
         for xid, entry in self.entries.items():
             if entry.xid != xid or entry.substatus is not None:
-                raise ValueError(f"profile {self.profile!r}: entry for xid {xid} is {entry}")
+                raise CatalogError(f"profile {self.profile!r}: entry for xid {xid} is {entry}")
 
     def lookup(self, xid: int, substatus: str | None = None) -> XidEntry:
         """The entry for ``xid``, refined by ``substatus`` when the catalog has a match.
@@ -106,7 +107,7 @@ class XidCatalog:
         returned, and for an XID without an entry the catalog's unknown entry.
         """
         if isinstance(xid, bool) or not isinstance(xid, int) or xid <= 0:
-            raise ValueError(f"an XID is an int >= 1, got {xid!r}")
+            raise CatalogError(f"an XID is an int >= 1, got {xid!r}")
         entry = self.entries.get(xid)
         if entry is None:
             return replace(self.unknown, xid=xid)
@@ -153,28 +154,28 @@ class XidCatalog:
         an error names the profile (or "overrides") and the entry.
         """
         if not isinstance(data, Mapping):
-            raise ValueError("XID catalog data must be a table")
+            raise CatalogError("XID catalog data must be a table")
         extra = set(data) - {"profiles"}
         if extra:
-            raise ValueError(f"XID catalog: unknown top-level key(s) {sorted(extra)}")
+            raise CatalogError(f"XID catalog: unknown top-level key(s) {sorted(extra)}")
         profiles = data.get("profiles")
         if not isinstance(profiles, Mapping) or not profiles:
-            raise ValueError("XID catalog: no [profiles.<name>] tables")
+            raise CatalogError("XID catalog: no [profiles.<name>] tables")
         chain: list[str] = []
         name: str | None = profile
         while name is not None:
             if name in chain:
-                raise ValueError(f"XID profile {name!r} extends itself: {' -> '.join(chain)}")
+                raise CatalogError(f"XID profile {name!r} extends itself: {' -> '.join(chain)}")
             if name not in profiles:
                 known = ", ".join(sorted(profiles))
-                raise ValueError(f"unknown XID profile {name!r}; known: {known}")
+                raise CatalogError(f"unknown XID profile {name!r}; known: {known}")
             chain.append(name)
             body = profiles[name]
             if not isinstance(body, Mapping):
-                raise ValueError(f"profile {name!r}: must be a table")
+                raise CatalogError(f"profile {name!r}: must be a table")
             parent = body.get("extends")
             if parent is not None and not isinstance(parent, str):
-                raise ValueError(f"profile {name!r}: extends must be a profile name")
+                raise CatalogError(f"profile {name!r}: extends must be a profile name")
             name = parent
 
         merged = _RawBody()
@@ -197,10 +198,12 @@ class _RawBody:
 
     def merge(self, body: Mapping[str, Any], where: str, allowed: frozenset[str]) -> None:
         if not isinstance(body, Mapping):
-            raise ValueError(f"{where}: must be a table")
+            raise CatalogError(f"{where}: must be a table")
         extra = set(body) - allowed
         if extra:
-            raise ValueError(f"{where}: unknown key(s) {sorted(extra)}; allowed: {sorted(allowed)}")
+            raise CatalogError(
+                f"{where}: unknown key(s) {sorted(extra)}; allowed: {sorted(allowed)}"
+            )
         description = body.get("description")
         if description is not None:
             self.description = _string(description, f"{where}: description")
@@ -209,7 +212,7 @@ class _RawBody:
             self.unknown.update(_fields(unknown, f"{where} unknown", _ENTRY_FIELDS))
         xids = body.get("xid", {})
         if not isinstance(xids, Mapping):
-            raise ValueError(f"{where}: xid must be a table of [xid.<code>] entries")
+            raise CatalogError(f"{where}: xid must be a table of [xid.<code>] entries")
         for key, raw in xids.items():
             xid = _xid_key(key, where)
             at = f"{where} xid {xid}"
@@ -217,7 +220,7 @@ class _RawBody:
             subs = fields.pop("substatus", None)
             inherit = fields.pop("inherit_substatus", True)
             if not isinstance(inherit, bool):
-                raise ValueError(f"{at}: inherit_substatus must be true or false")
+                raise CatalogError(f"{at}: inherit_substatus must be true or false")
             self.xids.setdefault(xid, {}).update(fields)
             self.origin[xid] = at
             table = self.subs.setdefault(xid, {})
@@ -226,7 +229,7 @@ class _RawBody:
             if subs is None:
                 continue
             if not isinstance(subs, Mapping):
-                raise ValueError(f'{at}: substatus must be a table of [substatus."<key>"]')
+                raise CatalogError(f'{at}: substatus must be a table of [substatus."<key>"]')
             for sub_key, sub_raw in subs.items():
                 display = _substatus_key(sub_key, at)
                 sub_fields = _fields(sub_raw, f"{at} substatus {display!r}", _ENTRY_FIELDS)
@@ -268,7 +271,7 @@ def _entry(
 ) -> XidEntry:
     for required in ("severity", "action"):
         if required not in fields:
-            raise ValueError(f"{where}: no {required}")
+            raise CatalogError(f"{where}: no {required}")
     repeat = fields.get("repeat_action") or None  # "" clears an inherited repeat_action
     try:
         return XidEntry(
@@ -283,48 +286,48 @@ def _entry(
             known=known,
         )
     except ValueError as exc:
-        raise ValueError(f"{where}: {exc}") from None
+        raise CatalogError(f"{where}: {exc}") from None
 
 
 def _fields(raw: object, where: str, allowed: frozenset[str]) -> dict[str, Any]:
     if not isinstance(raw, Mapping):
-        raise ValueError(f"{where}: must be a table")
+        raise CatalogError(f"{where}: must be a table")
     extra = set(raw) - allowed
     if extra:
-        raise ValueError(f"{where}: unknown field(s) {sorted(extra)}; allowed: {sorted(allowed)}")
+        raise CatalogError(f"{where}: unknown field(s) {sorted(extra)}; allowed: {sorted(allowed)}")
     out = dict(raw)
     for name in ("name", "text", "note", "severity", "action", "repeat_action"):
         if name in out:
             _string(out[name], f"{where}: {name}")
     if "severity" in out and out["severity"] not in SEVERITY_RANK:
-        raise ValueError(f"{where}: unknown severity {out['severity']!r}; known: {SEVERITIES}")
+        raise CatalogError(f"{where}: unknown severity {out['severity']!r}; known: {SEVERITIES}")
     if "action" in out and not is_action(out["action"]):
-        raise ValueError(
+        raise CatalogError(
             f"{where}: unknown action {out['action']!r}; known: {', '.join(ACTIONS)}, "
             "WORKFLOW_<NAME>"
         )
     if out.get("repeat_action") and not is_action(out["repeat_action"]):
-        raise ValueError(f"{where}: unknown repeat_action {out['repeat_action']!r}")
+        raise CatalogError(f"{where}: unknown repeat_action {out['repeat_action']!r}")
     return out
 
 
 def _string(value: object, where: str) -> str:
     if not isinstance(value, str):
-        raise ValueError(f"{where} must be a string, got {value!r}")
+        raise CatalogError(f"{where} must be a string, got {value!r}")
     return value
 
 
 def _xid_key(key: object, where: str) -> int:
     text = str(key).strip()
     if isinstance(key, bool) or not text.isascii() or not text.isdigit() or int(text) < 1:
-        raise ValueError(f"{where}: XID keys are integers >= 1, got {key!r}")
+        raise CatalogError(f"{where}: XID keys are integers >= 1, got {key!r}")
     return int(text)
 
 
 def _substatus_key(key: object, where: str) -> str:
     if not isinstance(key, str):
-        raise ValueError(f"{where}: substatus keys are strings, got {key!r}")
+        raise CatalogError(f"{where}: substatus keys are strings, got {key!r}")
     parts = [p.strip() for p in key.split(":")]
     if not all(parts):
-        raise ValueError(f"{where}: substatus key {key!r} has an empty part")
+        raise CatalogError(f"{where}: substatus key {key!r} has an empty part")
     return ":".join(parts)

@@ -32,6 +32,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from detectors.errors import InputError
 from detectors.state_codec import JsonState
 
 __all__ = ["EventsFileError", "KnownEvent", "load_events", "read_lines"]
@@ -41,7 +42,7 @@ _T = TypeVar("_T")
 _FIELDS = ("ts_ms", "time", "end_ms", "end", "node", "group", "kind")
 
 
-class EventsFileError(ValueError):
+class EventsFileError(InputError):
     """A known-events file cannot be read; the message names the file and line."""
 
 

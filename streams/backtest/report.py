@@ -23,6 +23,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from detectors.errors import PeerwatchError
+
 __all__ = ["ReportError", "render_html"]
 
 _CSS = """
@@ -56,7 +58,7 @@ _ALERT_COLOURS = (
 )
 
 
-class ReportError(Exception):
+class ReportError(PeerwatchError):
     """The report cannot be drawn (matplotlib missing); the message says what to install."""
 
 

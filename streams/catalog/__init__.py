@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from detectors.errors import CatalogError
 from detectors.features import FeatureSpec, features_from_data, merge_features, select_features
 from detectors.xid.catalog import XidCatalog
 
@@ -49,9 +50,9 @@ def read_catalog_file(path: FilePath, what: str) -> dict[str, Any]:
         try:
             return tomllib.load(fh)
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise ValueError(f"{name}: not valid TOML: {exc}") from None
+            raise CatalogError(f"{name}: not valid TOML: {exc}") from None
         except RecursionError:
-            raise ValueError(f"{name}: nested too deeply to be {what}") from None
+            raise CatalogError(f"{name}: nested too deeply to be {what}") from None
 
 
 @functools.cache
@@ -67,7 +68,7 @@ def _validated(build: Callable[[], T], path: FilePath | None) -> T:
     except ValueError as exc:
         if path is None:
             raise
-        raise ValueError(f"{os.fspath(path)}: {exc}") from None
+        raise CatalogError(f"{os.fspath(path)}: {exc}") from None
 
 
 def xid_catalog_data() -> dict[str, Any]:

@@ -26,6 +26,7 @@ from aiokafka.errors import (
     UnsupportedSaslMechanismError,
 )
 
+from detectors.errors import PeerwatchError
 from streams.settings import Settings
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ _REFUSED = (
 )
 
 
-class KafkaLoginError(ConnectionError):
+class KafkaLoginError(PeerwatchError, ConnectionError):
     """A broker refused peerwatch's credentials or certificate, or the TLS files are unusable."""
 
 

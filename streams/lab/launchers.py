@@ -48,6 +48,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Self
 
+from detectors.errors import PeerwatchError
 from streams.settings import Settings
 
 LOOPBACK = "127.0.0.1"
@@ -57,7 +58,7 @@ LOOPBACK = "127.0.0.1"
 _PROBE_TOPIC = "peerwatch-ready-probe"
 
 
-class ServiceError(RuntimeError):
+class ServiceError(PeerwatchError, RuntimeError):
     """A launcher could not provide its service."""
 
 

@@ -92,6 +92,17 @@ def test_report_details_list_every_fault_and_event(report):
     json.dumps(data, allow_nan=False)
 
 
+def test_the_missed_targets_are_named_by_block(report):
+    """What ``peerwatch evaluate`` lists on stderr before it exits 1."""
+    missed = report.missed()
+    assert "overall: XID fail-stop alerted at/before the XID bucket" in missed
+    assert "nvlink_bus: XID fail-stop alerted at/before the XID bucket" in missed
+    assert not any(m.startswith("checkpoint:") and "XID" in m for m in missed)  # N/A there
+    assert all(m.split(": ", 1)[0] in {"overall", "nvlink_bus", "checkpoint"} for m in missed)
+    passing = build_report({"checkpoint": [quiet_run(0)]}, runtime_s=1.0)
+    assert passing.missed() == []
+
+
 def test_report_flags_follow_the_figures(report):
     overall = {t.key: t for t in report.overall.targets}
     assert overall["fail_stop_at_or_before_xid"].value == pytest.approx(2 / 3)

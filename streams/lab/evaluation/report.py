@@ -258,6 +258,15 @@ class EvaluationReport:
     runtime_s: float | None
     meta: Mapping[str, Any]
 
+    def missed(self) -> list[str]:
+        """Every target missed (MISS), as "block: target", the overall block first."""
+        return [
+            f"{block.name}: {check.label}"
+            for block in (self.overall, *self.scenarios)
+            for check in block.targets
+            if check.status == "MISS"
+        ]
+
     def to_dict(self, details: bool = False) -> dict[str, Any]:
         """The ``--json`` form (keys: :data:`REPORT_KEYS`); JSON-safe, no NaN."""
         return {
