@@ -60,7 +60,8 @@ BENCHES = (
         ("--nodes", "120", "--warmup", "2", "--buckets", "2", "--repeat", "1", "--no-stages"),
     ),
     Bench("worker-kafka", "bench.worker_kafka", FLEET, ("--nodes", "120", "--buckets", "3")),
-    Bench(  # the changelog a quarter as often (the setting's default stays 1: README)
+    # the changelog a quarter as often (the setting's default stays 1: docs/configuration.md)
+    Bench(
         "worker-kafka-k4",
         "bench.worker_kafka",
         (*FLEET, "--snapshot-every-buckets", "4"),

@@ -8,7 +8,7 @@ metric the ingest reads), as one request from a large fleet, and decodes it
 with the ingest's decoder (``metric_names`` prefilter on, as the ingest runs
 it) and ``label_cache_size`` = ``--cache``. Prints series, body size and the
 decode's process CPU time, for the body and for half of it (a linear decoder
-takes about half the time). Not asserted anywhere: figures for the README.
+takes about half the time). Not asserted anywhere: figures for docs/benchmarks.md.
 """
 
 from __future__ import annotations

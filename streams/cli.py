@@ -303,7 +303,7 @@ def simulate(
 @click.option(
     "--details", is_flag=True, help="With --json: every fault, event and false page per run."
 )
-@click.option("--markdown", is_flag=True, help="Print the README tables.")
+@click.option("--markdown", is_flag=True, help="Print the tables of docs/detection-quality.md.")
 @click.option(
     "--plot",
     type=click.Path(dir_okay=False, path_type=Path),

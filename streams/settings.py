@@ -195,7 +195,7 @@ class Settings(BaseSettings):
     )
     # Default 1: with 4, the buckets re-scored after a rebalance are scored by two workers
     # (the scale-out and chaos tests' exactly-once checks fail; nothing is lost); a fleet
-    # that counts scored buckets at least once can take 4 (README, configuration).
+    # that counts scored buckets at least once can take 4 (docs/configuration.md).
     snapshot_every_buckets: int = Field(
         1,
         ge=1,

@@ -1,7 +1,7 @@
 """A job lifecycle event from the scheduler: one attempt of a job started, trained, failed, ended.
 
 The retry advisor and the node-health ledger read the same record. Its JSON
-form (one object per event; README "Job lifecycle events")::
+form (one object per event; docs/architecture.md, "Job lifecycle events")::
 
     {"job_id": "sess-7f3a", "name": "llm-42", "attempt": 3, "state": "failed",
      "ts": 1764547200000, "nodes": ["gpu001", "gpu002"], "exit_reason": "xid",

@@ -1,7 +1,7 @@
 """The scheduler's job lifecycle events, handed to the backtest's ``Pipeline`` in event time.
 
-The file is JSON lines, one event per line in the worker's schema (README "Job
-lifecycle events"; ``detectors.advisors.jobs.JobEvent``). The live worker gets an
+The file is JSON lines, one event per line in the worker's schema (docs/architecture.md,
+"Job lifecycle events"; ``detectors.advisors.jobs.JobEvent``). The live worker gets an
 event when the scheduler sends it, by which time it has scored the buckets that
 history before the event completed. Here the history's clock stands in: an event
 at ``ts`` goes to the pipeline after every round at or before ``ts`` and before the

@@ -53,6 +53,7 @@ import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
+from detectors.errors import InputError
 from streams.ingest.series import SampleBatch, Series
 
 try:  # the compiled fast path (native/); the pure-Python decoder below is the fallback
@@ -74,7 +75,7 @@ def uses_native(native: bool | None) -> bool:
 
 NOT_INSTALLED = (
     "the compiled remote_write decoder (peerwatch_native) is not installed: it builds with "
-    "peerwatch where cargo is on PATH at install time, or comes as a wheel (README, Install)"
+    "peerwatch where cargo is on PATH at install time, or comes as a wheel (docs/install.md)"
 )
 
 __all__ = [
@@ -92,7 +93,7 @@ __all__ = [
 ]
 
 
-class RemoteWriteError(ValueError):
+class RemoteWriteError(InputError):
     """The body is not a valid remote_write 1.0 request; the message says why in one line."""
 
 

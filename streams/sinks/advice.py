@@ -2,8 +2,8 @@
 
 Told apart from the alert records on the same topic by ``"record": "advice"`` (an
 alert record has ``status`` and ``labels`` and no ``record``); the rest is
-``Advice.to_dict()`` (README "Advice on peerwatch.alerts"). Key: the node it
-concerns, else the group.
+``Advice.to_dict()`` (docs/architecture.md, "Job lifecycle events, retry advice and the
+node ledger"). Key: the node it concerns, else the group.
 """
 
 from __future__ import annotations

@@ -447,7 +447,7 @@ def _md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def render_markdown(report: EvaluationReport) -> str:
-    """The README form: the overall targets table, then the figures per scenario."""
+    """docs/detection-quality.md's form: the overall targets, then the figures per scenario."""
     return (
         _md_table(["target", "figure", "goal", "status"], _target_rows(report.overall, False))
         + "\n\n"
