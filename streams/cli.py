@@ -104,17 +104,11 @@ def ingest(ctx: click.Context, **flags: Any) -> None:
 @click.option("--store", help="Table store: memory:// or rocksdb:// (on disk in --datadir).")
 @click.option("--web-host", "worker_web_host", help="/metrics, /-/healthy, /-/ready address.")
 @click.option("--web-port", "worker_web_port", type=int, help="Their port (6066); 0: no server.")
-# the old name of --web-port (it serves the probes too), kept so scripts using it still work
-@click.option("--metrics-port", type=int, hidden=True, deprecated="Use --web-port.")
 @click.pass_context
-def worker(ctx: click.Context, metrics_port: int | None, **flags: Any) -> None:
+def worker(ctx: click.Context, **flags: Any) -> None:
     """Score frames per peer group and send alerts (a Faust worker)."""
     from streams.worker.app import run_worker
 
-    if metrics_port is not None:
-        if flags["worker_web_port"] is not None:
-            raise click.UsageError("--metrics-port is the old name of --web-port: give one")
-        flags["worker_web_port"] = metrics_port
     run_worker(_settings(ctx, **flags), loglevel=ctx.obj["log_level"])
 
 
