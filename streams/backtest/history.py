@@ -20,7 +20,6 @@ the chunk's first half as late.
 from __future__ import annotations
 
 import json
-import logging
 import math
 import re
 from bisect import bisect_left
@@ -36,8 +35,9 @@ from pydantic import SecretStr
 from streams.ingest.series import Series
 from streams.retry import RetryCallState, fixed, retrying_blocking
 from streams.sinks.credentials import BearerAuth, without_userinfo
+from streams.telemetry.logs import EventLog
 
-log = logging.getLogger("peerwatch.backtest")
+log = EventLog("peerwatch.backtest")
 
 # (labels, timestamps in ms ascending, values) of one series, as a source parsed it
 ParsedSeries = tuple[dict[str, str], list[int], list[float]]
@@ -310,7 +310,11 @@ def _chunk_retry_logger(lo_ms: int) -> Callable[[RetryCallState], None]:
         wait = state.next_action.sleep if state.next_action else 0.0
         error = state.outcome.exception() if state.outcome else None
         log.warning(
-            "history_chunk_retry start=%s wait_s=%.0f error=%s", iso_time(lo_ms), wait, error
+            "history_chunk_retry",
+            start=iso_time(lo_ms),
+            wait_s=wait,
+            error=str(error),
+            fmt={"wait_s": "%.0f"},
         )
 
     return log_retry

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ from detectors.checks import check_name
 from streams.kafka.options import client_options, start_client
 from streams.retry import RetryCallState, doubling, retrying
 from streams.settings import Settings
+from streams.telemetry.logs import EventLog
 
 __all__ = [
     "JobMembership",
@@ -48,7 +48,7 @@ __all__ = [
     "parse_event",
 ]
 
-log = logging.getLogger("peerwatch.membership")
+log = EventLog("peerwatch.membership")
 
 JobState = Literal["running", "ended"]
 MAX_NODES_PER_JOB = 100_000  # a bound on one event, far above any gang
@@ -177,10 +177,7 @@ class MembershipFile:
                 yield parse_event(line)
             except MembershipError as exc:
                 log.warning(
-                    "membership_event_rejected file=%s line=%d reason=%s",
-                    self.path,
-                    self._line,
-                    exc,
+                    "membership_event_rejected", file=self.path, line=self._line, reason=str(exc)
                 )
 
 
@@ -214,7 +211,7 @@ class MembershipFollower:
     def apply(self, event: MembershipEvent) -> None:
         for node, job in self.table.apply(event).items():
             self._assign(node, job)
-            log.info("membership_changed node=%s job=%s", node, job)
+            log.info("membership_changed", node=node, job=job)
 
     def poll_file(self) -> None:
         if self._file is not None:
@@ -245,14 +242,14 @@ class MembershipFollower:
                         self.apply(parse_event(message.value or b""))
                     except MembershipError as exc:
                         log.warning(
-                            "membership_event_rejected topic=%s partition=%d offset=%d reason=%s",
-                            message.topic,
-                            message.partition,
-                            message.offset,
-                            exc,
+                            "membership_event_rejected",
+                            topic=message.topic,
+                            partition=message.partition,
+                            offset=message.offset,
+                            reason=str(exc),
                         )
             except KafkaError as exc:
-                log.warning("membership_topic_unavailable topic=%s error=%r", self._topic, exc)
+                log.warning("membership_topic_unavailable", topic=self._topic, error=exc)
             finally:
                 await consumer.stop()
             await asyncio.sleep(RECONNECT_S)
@@ -279,6 +276,6 @@ class MembershipFollower:
 
         def unavailable(attempt: RetryCallState) -> None:
             error = attempt.outcome.exception() if attempt.outcome else None
-            log.warning("membership_topic_unavailable topic=%s error=%r", topic, error)
+            log.warning("membership_topic_unavailable", topic=topic, error=error)
 
         return await retrying(doubling(0.5, 30.0), on=KafkaError, before_sleep=unavailable)(start)

@@ -15,7 +15,6 @@ a frame Kafka can never take (larger than ``max_request_size`` or the topic's
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections import deque
 from collections.abc import Iterable
 
@@ -31,9 +30,10 @@ from streams.frames import Frame, encode_frame
 from streams.kafka.options import client_options, start_client
 from streams.retry import RetryCallState, doubling, retrying
 from streams.settings import Settings
+from streams.telemetry.logs import EventLog
 from streams.telemetry.metrics import IngestMetrics
 
-log = logging.getLogger("peerwatch.ingest")
+log = EventLog("peerwatch.ingest")
 
 IDLE_PROBE_S = 2.0  # with nothing to send, ask Kafka for metadata this often (readiness)
 PROBE_TIMEOUT_S = 5.0
@@ -112,13 +112,13 @@ class FrameProducer:
                     request_timeout_ms=10_000,
                 )
                 await start_client(producer, self._kafka)
-        log.info("kafka_connected bootstrap=%s", self._bootstrap)
+        log.info("kafka_connected", bootstrap=self._bootstrap)
         self._connected = True
         return producer
 
     def _kafka_unavailable(self, attempt: RetryCallState) -> None:
         error = attempt.outcome.exception() if attempt.outcome else None
-        log.warning("kafka_unavailable bootstrap=%s error=%r", self._bootstrap, error)
+        log.warning("kafka_unavailable", bootstrap=self._bootstrap, error=error)
         self._metrics.kafka_errors.inc()
 
     async def _send_batch(
@@ -171,12 +171,13 @@ class FrameProducer:
     def _drop(self, frame: Frame, exc: KafkaError) -> None:
         self._metrics.frames_dropped.labels(reason="too_large").inc()
         log.error(
-            "frame_dropped reason=too_large group=%.80s node=%.80s ts=%d bytes=%d error=%.200s",
-            frame.group,
-            frame.node,
-            frame.ts,
-            len(encode_frame(frame)),
-            exc,
+            "frame_dropped",
+            reason="too_large",
+            group=frame.group[:80],
+            node=frame.node[:80],
+            ts=frame.ts,
+            bytes=len(encode_frame(frame)),
+            error=str(exc)[:200],
         )
 
     async def run(self) -> None:
@@ -226,7 +227,7 @@ class FrameProducer:
         if error is not None:
             self._connected = False
             self._metrics.kafka_errors.inc()
-            log.warning("kafka_send_failed frames=%d error=%r", len(retry), error)
+            log.warning("kafka_send_failed", frames=len(retry), error=error)
         return error
 
     async def _probe(self, producer: AIOKafkaProducer) -> None:
@@ -236,11 +237,11 @@ class FrameProducer:
             await asyncio.wait_for(producer.client.fetch_all_metadata(), PROBE_TIMEOUT_S)
         except (KafkaError, TimeoutError) as exc:
             if self._connected:
-                log.warning("kafka_unreachable bootstrap=%s error=%r", self._bootstrap, exc)
+                log.warning("kafka_unreachable", bootstrap=self._bootstrap, error=exc)
             self._connected = False
         else:
             if not self._connected:
-                log.info("kafka_reachable bootstrap=%s", self._bootstrap)
+                log.info("kafka_reachable", bootstrap=self._bootstrap)
             self._connected = True
 
     async def drain(self, timeout_s: float) -> bool:

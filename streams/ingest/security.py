@@ -14,13 +14,13 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
-import logging
 import ssl
 from dataclasses import dataclass, field
 
 from streams.settings import Settings
+from streams.telemetry.logs import EventLog
 
-log = logging.getLogger("peerwatch.ingest")
+log = EventLog("peerwatch.ingest")
 
 LOG_EVERY_S = 60.0
 REALM = 'realm="peerwatch"'
@@ -87,7 +87,7 @@ class WriteAuth:
         if last_s is not None and now_s - last_s < LOG_EVERY_S:
             self._logged[reason] = (last_s, pending)
             return
-        log.warning("ingest_auth_failed reason=%s peer=%s failures=%d", reason, peer, pending)
+        log.warning("ingest_auth_failed", reason=reason, peer=peer, failures=pending)
         self._logged[reason] = (now_s, 0)
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -53,9 +52,10 @@ from streams.kafka.options import KafkaLoginError
 from streams.kafka.topics import ensure_topics
 from streams.retry import RetryCallState, doubling, retrying
 from streams.settings import Settings
+from streams.telemetry.logs import EventLog
 from streams.telemetry.metrics import IngestMetrics
 
-log = logging.getLogger("peerwatch.ingest")
+log = EventLog("peerwatch.ingest")
 
 FLUSH_EVERY_S = 0.25
 RESTART_MIN_S = 0.5  # first restart of a failed background task; doubles up to RESTART_MAX_S
@@ -147,10 +147,10 @@ class Ingest:
         if (request.content_length or 0) > self.settings.max_body_bytes:
             return self._reply(413, f"body above {self.settings.max_body_bytes} bytes\n")
         if (reason := self._unavailable()) is not None:
-            log.warning("ingest_backpressure reason=%s backlog=%d", reason, self.producer.backlog)
+            log.warning("ingest_backpressure", reason=reason, backlog=self.producer.backlog)
             return self._reply(503, f"{reason}; retry later\n")
         if self._in_flight >= self.settings.ingest_max_concurrent_requests:
-            log.warning("ingest_busy in_flight=%d", self._in_flight)
+            log.warning("ingest_busy", in_flight=self._in_flight)
             return self._reply(503, f"{self._in_flight} writes in progress; retry later\n")
         self._in_flight += 1
         self.metrics.in_flight.set(self._in_flight)
@@ -166,7 +166,7 @@ class Ingest:
         except web.HTTPRequestEntityTooLarge:
             return self._reply(413, f"body above {self.settings.max_body_bytes} bytes\n")
         except TimeoutError:
-            log.warning("ingest_body_timeout peer=%s", request.remote)
+            log.warning("ingest_body_timeout", peer=request.remote)
             reply = self._reply(
                 503, f"body not received within {self.settings.ingest_body_timeout_s:g} s\n"
             )
@@ -180,7 +180,7 @@ class Ingest:
         try:
             stats, due = await loop.run_in_executor(self._work, self._decode_and_add, body)
         except RemoteWriteError as exc:
-            log.warning("remote_write_rejected peer=%s reason=%s", request.remote, exc)
+            log.warning("remote_write_rejected", peer=request.remote, reason=str(exc))
             return self._reply(400, f"{exc}\n")
         if due:
             self._bucket_due.set()  # its frames go out now, not on the flusher's next tick
@@ -208,7 +208,7 @@ class Ingest:
             self.wal.replayed(index, _newest_ts(series))
             self.builder.add_batch(series, now_s=time.time())
             bodies += 1
-        log.info("wal_replayed bodies=%d segments=%d", bodies, self.wal.segments)
+        log.info("wal_replayed", bodies=bodies, segments=self.wal.segments)
 
     def _checkpoint(self, roll: bool = False) -> None:
         """On the work thread, after a flush: drop the log segments whose frames are out."""
@@ -295,7 +295,7 @@ class Ingest:
         async def run() -> None:
             if name in self.down:
                 del self.down[name]
-                log.info("background_task_restarted task=%s", name)
+                log.info("background_task_restarted", task=name)
             started = loop.time()
             try:
                 await self.tasks[name]()
@@ -311,17 +311,19 @@ class Ingest:
             self.metrics.task_failures.labels(task=name).inc()
             if isinstance(exc, KafkaLoginError):  # settings to fix, not a bug: no traceback
                 log.error(
-                    "background_task_failed task=%s restart_in_s=%.1f error=%s",
-                    name,
-                    restart_in_s,
-                    exc,
+                    "background_task_failed",
+                    task=name,
+                    restart_in_s=restart_in_s,
+                    error=str(exc),
+                    fmt={"restart_in_s": "%.1f"},
                 )
             else:
                 log.error(
-                    "background_task_failed task=%s restart_in_s=%.1f",
-                    name,
-                    restart_in_s,
+                    "background_task_failed",
+                    task=name,
+                    restart_in_s=restart_in_s,
                     exc_info=exc,
+                    fmt={"restart_in_s": "%.1f"},
                 )
 
         def before_restart(attempt: RetryCallState) -> None:
@@ -348,7 +350,7 @@ class Ingest:
             await tasks["flusher"]
         self.producer.enqueue(await loop.run_in_executor(self._work, self.builder.flush_all))
         if not await self.producer.drain(timeout_s=10.0):
-            log.error("ingest_shutdown_unsent frames=%d", self.producer.backlog)
+            log.error("ingest_shutdown_unsent", frames=self.producer.backlog)
         await loop.run_in_executor(self._work, self._checkpoint, True)  # all out: log empties
         if self.wal is not None:
             self.wal.close()
@@ -380,11 +382,11 @@ def build_ingest(settings: Settings) -> Ingest:
 def say_decoder(decoder: WriteRequestDecoder) -> None:
     """The start-up line naming the remote_write decoder in use, a warning on the fallback."""
     if decoder.native:
-        log.info("ingest_decoder decoder=native")
+        log.info("ingest_decoder", decoder="native")
     elif NATIVE_AVAILABLE:
-        log.info("ingest_decoder decoder=python (ingest_decoder=python)")
+        log.info("ingest_decoder", decoder="python", set_by="ingest_decoder")
     else:  # an install without cargo: a fifth of the compiled decoder's rate, say so
-        log.warning("ingest_decoder decoder=python: %s", NOT_INSTALLED)
+        log.warning("ingest_decoder", decoder="python", reason=NOT_INSTALLED)
 
 
 def run_ingest(settings: Settings) -> None:
@@ -392,11 +394,11 @@ def run_ingest(settings: Settings) -> None:
     say_decoder(ingest.decoder)
     ssl_context = server_ssl_context(settings)
     log.info(
-        "ingest_listening host=%s port=%d tls=%s auth=%s",
-        settings.ingest_host,
-        settings.ingest_port,
-        ssl_context is not None,
-        "+".join(ingest.auth.schemes) if ingest.auth else "none",
+        "ingest_listening",
+        host=settings.ingest_host,
+        port=settings.ingest_port,
+        tls=ssl_context is not None,
+        auth="+".join(ingest.auth.schemes) if ingest.auth else "none",
     )
     web.run_app(
         ingest.app(),

@@ -20,7 +20,6 @@ Used from the ingest's work thread only.
 
 from __future__ import annotations
 
-import logging
 import os
 import struct
 import time
@@ -30,7 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-log = logging.getLogger("peerwatch.ingest")
+from streams.telemetry.logs import EventLog
+
+log = EventLog("peerwatch.ingest")
 
 _HEADER = struct.Struct("<II")  # body length, CRC-32 of the body
 
@@ -141,7 +142,7 @@ def _records(path: Path) -> Iterator[bytes]:
         size, crc = _HEADER.unpack_from(data, at)
         body = data[at + _HEADER.size : at + _HEADER.size + size]
         if len(body) < size or zlib.crc32(body) != crc:
-            log.warning("wal_torn_record path=%s offset=%d", path, at)  # never answered 204
+            log.warning("wal_torn_record", path=path, offset=at)  # never answered 204
             return
         yield body
         at += _HEADER.size + size

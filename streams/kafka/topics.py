@@ -8,7 +8,6 @@ and the worker's table must agree on it, so both processes call this first.
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Callable
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -17,8 +16,9 @@ from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 from streams.kafka.options import client_options, raise_if_login_refused
 from streams.retry import RetryCallState, growing, retrying
 from streams.settings import Settings
+from streams.telemetry.logs import EventLog
 
-log = logging.getLogger("peerwatch.topics")
+log = EventLog("peerwatch.topics")
 
 
 async def ensure_topics(
@@ -50,9 +50,7 @@ async def ensure_topics(
                 # another process may win the race to create them
                 with contextlib.suppress(TopicAlreadyExistsError):
                     await admin.create_topics(new)
-                log.info(
-                    "topics_created names=%s partitions=%d", missing, settings.topic_partitions
-                )
+                log.info("topics_created", names=missing, partitions=settings.topic_partitions)
         except KafkaError:
             await raise_if_login_refused(settings)
             raise
@@ -61,7 +59,7 @@ async def ensure_topics(
 
     def unavailable(attempt: RetryCallState) -> None:
         error = attempt.outcome.exception() if attempt.outcome else None
-        log.warning("kafka_unavailable attempt=%d error=%r", attempt.attempt_number, error)
+        log.warning("kafka_unavailable", attempt=attempt.attempt_number, error=error)
         if on_unavailable is not None:
             on_unavailable()
 

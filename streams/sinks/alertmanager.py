@@ -22,7 +22,6 @@ Errors::
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
@@ -32,8 +31,9 @@ import httpx
 
 from streams.sinks.credentials import without_userinfo
 from streams.sinks.outbox import Outbox, Outcome, alert_key, deliver_forever
+from streams.telemetry.logs import EventLog
 
-log = logging.getLogger("peerwatch.alertmanager")
+log = EventLog("peerwatch.alertmanager")
 
 Payload = dict[str, Any]
 
@@ -137,25 +137,23 @@ class AlertmanagerSink:
                 self._endpoint, json=body, timeout=10.0, auth=self._auth
             )
         except httpx.TransportError as exc:
-            log.warning("alertmanager_unavailable error=%r pending=%d", exc, len(batch))
+            log.warning("alertmanager_unavailable", error=exc, pending=len(batch))
             self._on_result("unavailable", len(batch))
             return Outcome.RETRY
         if reply.status_code >= 500:
-            log.warning(
-                "alertmanager_unavailable status=%d pending=%d", reply.status_code, len(batch)
-            )
+            log.warning("alertmanager_unavailable", status=reply.status_code, pending=len(batch))
             self._on_result("unavailable", len(batch))
             return Outcome.RETRY
         if reply.status_code >= 400:
             log.error(
-                "alertmanager_rejected status=%d reply=%s n=%d",
-                reply.status_code,
-                reply.text[:300],
-                len(batch),
+                "alertmanager_rejected",
+                status=reply.status_code,
+                reply=reply.text[:300],
+                n=len(batch),
             )
             self._on_result("rejected", len(batch))
             return Outcome.REJECTED
-        log.info("alerts_sent n=%d status=%d", len(batch), reply.status_code)
+        log.info("alerts_sent", n=len(batch), status=reply.status_code)
         self._on_result("sent", len(batch))
         return Outcome.SENT
 

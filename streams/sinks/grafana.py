@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from typing import Any
 
 import httpx
@@ -28,8 +27,9 @@ from detectors.vocabulary import AlertChange
 from streams.sinks.credentials import BearerAuth, without_userinfo
 from streams.sinks.outbox import Outbox, Outcome, alert_key, deliver_forever
 from streams.sinks.payloads import alert_annotations, alert_labels
+from streams.telemetry.logs import EventLog
 
-log = logging.getLogger("peerwatch.grafana")
+log = EventLog("peerwatch.grafana")
 
 
 class GrafanaSink:
@@ -103,15 +103,13 @@ class GrafanaSink:
         try:
             reply = await self._client.send(request, auth=self._auth)
         except httpx.TransportError as exc:
-            log.warning("grafana_unavailable error=%r pending=%d", exc, len(self._outbox))
+            log.warning("grafana_unavailable", error=exc, pending=len(self._outbox))
             return False
         if reply.status_code >= 500:
-            log.warning(
-                "grafana_unavailable status=%d pending=%d", reply.status_code, len(self._outbox)
-            )
+            log.warning("grafana_unavailable", status=reply.status_code, pending=len(self._outbox))
             return False
         if reply.status_code >= 400:
-            log.error("grafana_rejected status=%d reply=%s", reply.status_code, reply.text[:300])
+            log.error("grafana_rejected", status=reply.status_code, reply=reply.text[:300])
             return True
         if change.status == "firing":
             with contextlib.suppress(ValueError, KeyError, TypeError):

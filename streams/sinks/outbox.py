@@ -23,17 +23,17 @@ import contextlib
 import enum
 import fcntl
 import json
-import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from streams.retry import doubling, retrying
+from streams.telemetry.logs import EventLog
 
 __all__ = ["Outbox", "OutboxLocked", "Outcome", "alert_key", "deliver_forever", "open_outbox"]
 
-log = logging.getLogger("peerwatch.outbox")
+log = EventLog("peerwatch.outbox")
 
 Item = dict[str, Any]  # JSON-able
 
@@ -98,7 +98,7 @@ class Outbox:
             del self._items[oldest]
             self._record(oldest, None)
             self.dropped += 1
-            log.error("outbox_full dropped_key=%s max_items=%d", oldest, self.max_items)
+            log.error("outbox_full", dropped_key=oldest, max_items=self.max_items)
         self._items.pop(key, None)  # re-insert: insertion order is age
         self._items[key] = item
         self._record(key, item)
@@ -140,7 +140,7 @@ class Outbox:
                     key, item = entry["k"], entry["v"]
                 except (ValueError, KeyError, TypeError):
                     # a line cut short by a kill: everything before it is intact
-                    log.warning("outbox_journal_line_skipped path=%s line=%d", self._path, number)
+                    log.warning("outbox_journal_line_skipped", path=self._path, line=number)
                     continue
                 self._items.pop(key, None)
                 if item is not None:
@@ -148,7 +148,7 @@ class Outbox:
         while len(self._items) > self.max_items:
             del self._items[next(iter(self._items))]
             self.dropped += 1
-        log.info("outbox_restored path=%s pending=%d", self._path, len(self._items))
+        log.info("outbox_restored", path=self._path, pending=len(self._items))
         self._compact()
 
     def _maybe_compact(self) -> None:
@@ -210,5 +210,5 @@ def open_outbox(directory: Path | None, name: str) -> Outbox:
     try:
         return Outbox(Path(directory) / f"{name}.jsonl")
     except (OutboxLocked, OSError) as exc:
-        log.warning("outbox_in_memory sink=%s reason=%s", name, exc)
+        log.warning("outbox_in_memory", sink=name, reason=str(exc))
         return Outbox()

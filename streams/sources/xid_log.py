@@ -17,7 +17,6 @@ sends it at its next start. A line sent just before a kill may go twice (at leas
 from __future__ import annotations
 
 import asyncio
-import logging
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -31,8 +30,9 @@ from streams.ingest.wal import WriteAheadLog
 from streams.kafka.options import client_options, start_client
 from streams.records import XidLine
 from streams.settings import Settings
+from streams.telemetry.logs import EventLog
 
-log = logging.getLogger("peerwatch.xid_log")
+log = EventLog("peerwatch.xid_log")
 
 
 async def ship_xid_lines(lines: Iterable[str], settings: Settings, node: str, group: str) -> int:
@@ -49,7 +49,7 @@ async def ship_xid_lines(lines: Iterable[str], settings: Settings, node: str, gr
                 sent += 1
             _delivered(wal)
             if sent:
-                log.info("xid_lines_replayed lines=%d", sent)
+                log.info("xid_lines_replayed", lines=sent)
         for line in lines:
             event = parse_kernel_line(line)
             if event is None:
@@ -62,7 +62,7 @@ async def ship_xid_lines(lines: Iterable[str], settings: Settings, node: str, gr
             if wal is not None:
                 _delivered(wal)
             sent += 1
-            log.info("xid_line_sent node=%s xid=%d", node, event.xid)
+            log.info("xid_line_sent", node=node, xid=event.xid)
     finally:
         await producer.stop()
         if wal is not None:
@@ -77,7 +77,7 @@ async def _send(producer: AIOKafkaProducer, topic: str, payload: bytes, group: s
             await producer.send_and_wait(topic, payload, key=group.encode())
             return
         except KafkaError as exc:
-            log.warning("kafka_unavailable error=%r; retrying", exc)
+            log.warning("kafka_unavailable", error=exc, retry_in_s=1)
             await asyncio.sleep(1.0)
 
 

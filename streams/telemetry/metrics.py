@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -19,9 +18,10 @@ from detectors.phase import PHASES
 from detectors.population import Composition
 from detectors.vocabulary import Advice, AlertChange
 from streams.telemetry.group_gauges import GroupGauge, exposition
+from streams.telemetry.logs import EventLog
 from streams.telemetry.process_metrics import register_process_metrics
 
-log = logging.getLogger("peerwatch.ingest")
+log = EventLog("peerwatch.ingest")
 
 # from a /metrics scrape (ms) to a large remote_write body under load (s)
 REQUEST_BUCKETS_S = (
@@ -136,10 +136,11 @@ class IngestMetrics:
             return
         since_s = 0.0 if last_s is None else now_s - last_s
         log.warning(
-            "ingest_cardinality_limit reason=%s dropped_samples=%d since_s=%.0f",
-            reason,
-            pending,
-            since_s,
+            "ingest_cardinality_limit",
+            reason=reason,
+            dropped_samples=pending,
+            since_s=since_s,
+            fmt={"since_s": "%.0f"},
         )
         self._limit_log[reason] = (now_s, 0)
 

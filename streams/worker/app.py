@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from streams.kafka.topics import ensure_topics
 from streams.records import AlertRecord, XidLine
 from streams.settings import Settings
 from streams.sinks.payloads import AlertLinks
+from streams.telemetry.logs import EventLog
 from streams.telemetry.metrics import WorkerMetrics
 from streams.worker.checkpoints import Checkpoints
 from streams.worker.consuming import GroupConsumer
@@ -48,7 +48,7 @@ from streams.worker.ownership import Ownership
 from streams.worker.pipeline import Pipeline
 from streams.worker.publishing import Publisher
 
-log = logging.getLogger("peerwatch.worker")
+log = EventLog("peerwatch.worker")
 
 # the group-state table's value codec: Faust's JSON (orjson), as the table's own default was
 STATE_CODEC = codecs.get_codec("json")
@@ -223,7 +223,7 @@ def _consume(
         except asyncio.CancelledError:
             raise
         except BaseException:
-            log.exception("agent_died agent=score_frames")
+            log.exception("agent_died", agent="score_frames")
             raise
         finally:
             ready.agent_running(False)
@@ -236,12 +236,14 @@ def _consume(
             record = message.value
             event = parse_kernel_line(record.line)
             if event is None:
-                log.debug("xid_line_ignored node=%s line=%r", record.node, record.line[:120])
+                log.debug(
+                    "xid_line_ignored", node=record.node, line=record.line[:120], fmt={"line": "%r"}
+                )
                 continue
             gpu = event.pci_bus_id or "unknown"
             origin = event.with_origin(node=record.node, gpu=gpu, ts_ms=record.ts)
             consumer.xid(record.group, message.message.partition, origin)
-            log.info("xid_line node=%s xid=%d gpu=%s", record.node, event.xid, gpu)
+            log.info("xid_line", node=record.node, xid=event.xid, gpu=gpu)
 
     if topics.jobs is not None:
 
@@ -254,11 +256,11 @@ def _consume(
                 except (ValueError, RecursionError) as exc:  # JobEventError, bad JSON
                     reason = exc if isinstance(exc, JobEventError) else f"not JSON: {exc}"
                     log.warning(
-                        "job_event_rejected topic=%s partition=%d offset=%d reason=%.300s",
-                        message.topic,
-                        message.partition,
-                        message.offset,
-                        reason,
+                        "job_event_rejected",
+                        topic=message.topic,
+                        partition=message.partition,
+                        offset=message.offset,
+                        reason=str(reason)[:300],
                     )
                     continue
                 await consumer.job_event(job, message.partition)
@@ -326,7 +328,7 @@ def _keep_time(
         try:
             ends = await app.consumer.highwaters(*tps) if tps else {}
         except Exception as exc:  # the broker is away: the gauge keeps its last values
-            log.warning("consumer_lag_unknown error=%r", exc)
+            log.warning("consumer_lag_unknown", error=exc)
             return
         metrics.observe_lag(frames_lag(ends, app.monitor.tp_read_offsets))
 
@@ -348,12 +350,12 @@ class _Skips:
     def skip(self, stage: str, exc: BaseException, message: Any) -> None:
         self.metrics.frames_failed.labels(stage=stage).inc()
         log.error(
-            "frame_skipped stage=%s topic=%s partition=%s offset=%s error=%.300r",
-            stage,
-            getattr(message, "topic", "?"),
-            getattr(message, "partition", "?"),
-            getattr(message, "offset", "?"),
-            exc,
+            "frame_skipped",
+            stage=stage,
+            topic=getattr(message, "topic", "?"),
+            partition=getattr(message, "partition", "?"),
+            offset=getattr(message, "offset", "?"),
+            error=exc,
             exc_info=exc,
         )
 
@@ -365,9 +367,7 @@ def run_worker(settings: Settings, loglevel: str = "info") -> None:
     if settings.worker_web_port:
         serve_worker_http(settings.worker_web_host, settings.worker_web_port, ready)
         log.info(
-            "worker_http_listening host=%s port=%d",
-            settings.worker_web_host,
-            settings.worker_web_port,
+            "worker_http_listening", host=settings.worker_web_host, port=settings.worker_web_port
         )
     asyncio.run(ensure_topics(settings))
     app = create_app(settings, metrics, ready)

@@ -10,7 +10,6 @@ job's retry chain spans its restarts, so it lives in a table of its own
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import MutableMapping
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from typing import Any, Protocol
 from detectors.advisors.jobs import JobEvent
 from detectors.xid.events import XidEvent
 from streams.frames import Frame
+from streams.telemetry.logs import EventLog
 from streams.telemetry.metrics import WorkerMetrics
 from streams.worker.acks import Ackable, BucketAcks
 from streams.worker.checkpoints import Checkpoints
@@ -27,7 +27,7 @@ from streams.worker.ownership import Ownership
 from streams.worker.pipeline import Pipeline, Scored
 from streams.worker.publishing import Publisher
 
-log = logging.getLogger("peerwatch.worker")
+log = EventLog("peerwatch.worker")
 
 
 class Codec(Protocol):
@@ -66,7 +66,7 @@ class GroupConsumer:
             done = None
         if frame.left:
             pipeline.leave(group, frame.node, frame.ts, now)
-            log.info("node_left group=%s node=%s", group, frame.node)
+            log.info("node_left", group=group, node=frame.node)
         elif frame.node:
             self._add(frame, now)
         scored = pipeline.due(group, now)
@@ -95,7 +95,7 @@ class GroupConsumer:
             on_hold=frame.on_hold,
         ):
             self.metrics.frames_late.labels(group=group).inc()
-            log.debug("frame_late group=%s node=%s ts=%d", group, frame.node, frame.ts)
+            log.debug("frame_late", group=group, node=frame.node, ts=frame.ts)
 
     def xid(self, group: str, partition: int, event: XidEvent) -> None:
         """An XID from a node's kernel log, judged with the group's next bucket."""
@@ -109,13 +109,7 @@ class GroupConsumer:
         advice = self.pipeline.add_job_event(job)
         self._write_retry(group)
         self.metrics.advisors.observe_retry(group, self.pipeline.retry_figures(group))
-        log.info(
-            "job_event job=%s attempt=%d state=%s group=%s",
-            job.name,
-            job.attempt,
-            job.state,
-            group,
-        )
+        log.info("job_event", job=job.name, attempt=job.attempt, state=job.state, group=group)
         await self.publisher.advise(advice)
 
     def _restore(self, group: str, partition: int) -> None:
@@ -123,7 +117,7 @@ class GroupConsumer:
         if snap := self.state_table.get(group):
             self.pipeline.restore(group, self.state_codec.loads(snap))
             self.checkpoints.wrote(group, self.pipeline.window(group).closed_upto)
-            log.info("group_restored group=%s", group)
+            log.info("group_restored", group=group)
 
     def _checkpoint(self, group: str, scored: list[Scored]) -> None:
         # Off the cadence when re-scoring these buckets after a crash would re-send what
@@ -145,7 +139,7 @@ class GroupConsumer:
             del self.state_table[group]
         self.ownership.ended(group)
         self.metrics.forget_group(group)
-        log.info("group_ended group=%s why=%s", group, end.ended)
+        log.info("group_ended", group=group, why=end.ended)
 
     def _hold_retry(self, group: str, partition: int) -> None:
         # Memory is the truth for a group held here: XID causes (a bucket's, a log line's)
@@ -174,4 +168,4 @@ class GroupConsumer:
             self.checkpoints.forget(group)
             self.metrics.forget_group(group)  # the new owner exports them now
             self.sinks.forget_group(group)
-            log.info("group_moved group=%s", group)
+            log.info("group_moved", group=group)

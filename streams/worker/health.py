@@ -14,7 +14,6 @@ answered. Each change of readiness is logged (``worker_ready`` /
 from __future__ import annotations
 
 import asyncio
-import logging
 import socket
 import threading
 from collections.abc import Callable, Iterable
@@ -22,9 +21,10 @@ from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
+from streams.telemetry.logs import EventLog
 from streams.telemetry.metrics import WorkerMetrics
 
-log = logging.getLogger("peerwatch.worker")
+log = EventLog("peerwatch.worker")
 
 LIVENESS_TIMEOUT_S = 5.0  # the event loop must run a callback within this to be healthy
 
@@ -69,7 +69,7 @@ class WorkerHealth:
             if reason is None:
                 log.info("worker_ready")
             else:
-                log.info("worker_not_ready reason=%r", reason)
+                log.info("worker_not_ready", reason=reason, fmt={"reason": "%r"})
             self._said = reason
 
     def not_ready(self) -> str | None:

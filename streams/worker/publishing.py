@@ -3,7 +3,6 @@ lines, the alerts topic's records and advice."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -11,11 +10,12 @@ from detectors.vocabulary import Advice
 from streams.records import AlertRecord
 from streams.sinks.advice import advice_key, advice_record
 from streams.sinks.payloads import AlertLinks, to_record
+from streams.telemetry.logs import EventLog
 from streams.telemetry.metrics import WorkerMetrics
 from streams.worker.delivery import Sinks
 from streams.worker.pipeline import Pipeline, Scored
 
-log = logging.getLogger("peerwatch.worker")
+log = EventLog("peerwatch.worker")
 
 # a topic's send: (key, value) -> done (Faust's ``Topic.send`` with its arguments named)
 SendAlert = Callable[[str, AlertRecord], Awaitable[object]]
@@ -45,14 +45,14 @@ class Publisher:
         for change in scored.changes:
             self.metrics.alerts.labels(alertname=change.alertname, status=change.status).inc()
             log.info(
-                "alert_%s alertname=%s group=%s node=%s bucket=%d score=%.2f reason=%s",
-                change.status,
-                change.alertname,
-                change.group,
-                change.node,
-                change.bucket_ts,
-                change.score,
-                change.reason,
+                f"alert_{change.status}",
+                alertname=change.alertname,
+                group=change.group,
+                node=change.node,
+                bucket=change.bucket_ts,
+                score=change.score,
+                reason=change.reason,
+                fmt={"score": "%.2f"},
             )
             await self.send_alert(change.node or change.group, to_record(change, self.links))
 
@@ -61,13 +61,13 @@ class Publisher:
         self.metrics.advisors.count_advice(advice)
         for a in advice:
             log.info(
-                "advice_given advisor=%s kind=%s group=%s node=%s action=%s summary=%s",
-                a.advisor,
-                a.kind,
-                a.group,
-                a.node,
-                a.action,
-                a.summary,
+                "advice_given",
+                advisor=a.advisor,
+                kind=a.kind,
+                group=a.group,
+                node=a.node,
+                action=a.action,
+                summary=a.summary,
             )
             await self.send_advice(advice_key(a), advice_record(a))
 
@@ -78,11 +78,11 @@ def observe_bucket(metrics: WorkerMetrics, pipeline: Pipeline, scored: Scored) -
     metrics.buckets.labels(group=bucket.group).inc()
     # One line per scored bucket: what `peerwatch chaos` counts (scored once/twice/never).
     log.info(
-        "bucket_scored group=%s bucket=%d nodes=%d expected=%d",
-        bucket.group,
-        bucket.ts,
-        len(bucket.frames),
-        len(bucket.expected),
+        "bucket_scored",
+        group=bucket.group,
+        bucket=bucket.ts,
+        nodes=len(bucket.frames),
+        expected=len(bucket.expected),
     )
     metrics.bucket_nodes.labels(group=bucket.group).set(len(bucket.frames))
     metrics.score_seconds.observe(scored.seconds)

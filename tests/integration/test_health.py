@@ -11,11 +11,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment as MemberAssignment
 
 from streams.lab.launchers import KafkaKRaft, PeerwatchProcess, free_port
-from tests.integration.harness import Deployment
+from tests.integration.harness import Deployment, at_least, wait_for
+from tests.integration.test_open_buckets import NODES, frame
 
 
 def get(url: str) -> tuple[int, str]:
@@ -87,18 +89,32 @@ def json_log(path: Path) -> list[dict]:
     return [json.loads(ln) for ln in lines]
 
 
-def test_json_logs_cover_the_worker_faust_and_aiokafka_lines(
+async def test_json_logs_cover_the_worker_faust_and_aiokafka_lines(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     deployment = Deployment.new(kafka_bootstrap, "", tmp_path)
     deployment.env["PEERWATCH_LOG_FORMAT"] = "json"
-    with deployment.worker():
-        pass  # started (ready) and stopped: startup, assignment and shutdown lines
+    group, topic = deployment.job, deployment.env["PEERWATCH_TOPIC_FRAMES"]
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+    await producer.start()
+    worker = deployment.worker().start()  # startup, assignment, scored buckets, shutdown
+    try:
+        for bucket in range(2):
+            for node in NODES:
+                await producer.send_and_wait(topic, frame(group, node, bucket), key=group.encode())
+        await wait_for(deployment.buckets_scored, 60, "a scored bucket", until=at_least(1))
+    finally:
+        worker.stop()
+        await producer.stop()
     records = json_log(tmp_path / "worker.log")
     loggers = {r["logger"].split(".")[0] for r in records}
     assert {"peerwatch", "faust", "aiokafka"} <= loggers, loggers
     assert all({"time", "level", "logger", "message"} <= set(r) for r in records)
     assert any(r["message"].startswith("worker_http_listening") for r in records)
+    # peerwatch's lines carry their event and fields as keys of their own, typed
+    scored = next(r for r in records if r.get("event") == "bucket_scored")
+    assert (scored["group"], scored["bucket"], scored["nodes"]) == (group, 0, len(NODES))
+    assert scored["message"] == f"bucket_scored group={group} bucket=0 nodes=8 expected=8"
 
 
 def test_json_logs_cover_the_ingest_and_its_http_lines(kafka_bootstrap: str, tmp_path: Path):
@@ -112,6 +128,8 @@ def test_json_logs_cover_the_ingest_and_its_http_lines(kafka_bootstrap: str, tmp
     assert {"peerwatch.ingest", "aiohttp.access"} <= loggers, loggers
     assert any(r["message"].startswith("ingest_listening") for r in records)
     assert any(r["message"].startswith("ingest_decoder decoder=") for r in records)
+    listening = next(r for r in records if r.get("event") == "ingest_listening")
+    assert listening["port"] == deployment.ingest_port and listening["tls"] is False
 
 
 @pytest.mark.long

@@ -116,9 +116,9 @@ def test_the_ingest_names_its_decoder_at_start_and_warns_on_the_fallback(
     first, fallback = caplog.records
     if NATIVE_AVAILABLE:
         assert first.levelno == logging.INFO
-        assert first.getMessage() == "ingest_decoder decoder=python (ingest_decoder=python)"
+        assert first.getMessage() == "ingest_decoder decoder=python set_by=ingest_decoder"
     assert fallback.levelno == logging.WARNING
-    assert "decoder=python: the compiled remote_write decoder" in fallback.getMessage()
+    assert "decoder=python reason=the compiled remote_write decoder" in fallback.getMessage()
     assert "not installed" in fallback.getMessage()
     text = generate_latest(IngestMetrics(decoder="python").registry).decode()
     assert 'decoder="python"' in text

@@ -88,9 +88,7 @@ def test_a_page_after_many_buckets_equals_one_after_each() -> None:
         name = line.split("{")[0].split(" ")[0]
         return name.endswith("_created") or name.startswith("peerwatch_worker_score_seconds")
 
-    assert [ln for ln in each_lines if not timed(ln)] == [
-        ln for ln in once_lines if not timed(ln)
-    ]
+    assert [ln for ln in each_lines if not timed(ln)] == [ln for ln in once_lines if not timed(ln)]
 
 
 def test_an_ended_groups_series_leave_the_page() -> None:

@@ -16,7 +16,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import json
-import logging
 import re
 import time
 import uuid
@@ -54,9 +53,10 @@ from streams.lab.launchers import (
 from streams.lab.simulator import ClusterConfig, NvlinkBusFault, generate, post_remote_write
 from streams.settings import Settings
 from streams.sinks.payloads import alert_labels
+from streams.telemetry.logs import EventLog
 from streams.worker.offline import score_rounds
 
-log = logging.getLogger("peerwatch.chaos")
+log = EventLog("peerwatch.chaos")
 
 BUCKET_MS = DEFAULT_BUCKET_MS
 DEFAULT_FAULTS = (
@@ -255,7 +255,7 @@ class Lab:
         return {k: int(v) for k, v in sorted(total.items())}
 
     async def inject(self, fault: Fault, client: httpx.AsyncClient) -> None:
-        log.info("fault_start fault=%s", fault)
+        log.info("fault_start", fault=fault)
         if fault.kind == "kill-worker":
             name = self.busiest_worker()
             self.workers[name].kill()
@@ -291,7 +291,7 @@ class Lab:
         elif fault.kind == "worker-leave":
             name = self.busiest_worker()
             await asyncio.to_thread(self.workers[name].stop)
-        log.info("fault_end fault=%s", fault)
+        log.info("fault_end", fault=fault)
 
     def busiest_worker(self) -> str:
         """The running worker that has scored the most buckets (a kill must hit work)."""
@@ -402,7 +402,7 @@ async def run_chaos(
                 await asyncio.sleep(max(0.0, started + i / plan.rounds_per_s - loop.time()))
                 await post_remote_write(f"{lab.ingest_url}/api/v1/write", series, sender)
                 samples.sent += sum(len(s.samples) for s in series)
-            log.info("streaming_done rounds=%d samples=%d", plan.rounds, samples.sent)
+            log.info("streaming_done", rounds=plan.rounds, samples=samples.sent)
             expected = loop.run_in_executor(pool, expected_outcome, plan, start_ms)
             await asyncio.gather(*faults)
             await _settle(lab, plan, expected)
@@ -473,4 +473,8 @@ async def _settle(lab: Lab, plan: ChaosPlan, expected: asyncio.Future[Any]) -> N
             if scored >= set(expected.result()[0]):
                 return
         await asyncio.sleep(1.0)
-    log.warning("settle_deadline: some expected buckets were not scored in time")
+    log.warning(
+        "settle_deadline",
+        waited_s=round(loop.time() - began),
+        why="some expected buckets were not scored in time",
+    )

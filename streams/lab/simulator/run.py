@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -35,8 +34,9 @@ from streams.lab.simulator.cluster import ClusterSimulator
 from streams.lab.simulator.config import ClusterConfig
 from streams.lab.simulator.faults import GroundTruth
 from streams.lab.simulator.timeline import plan_job
+from streams.telemetry.logs import EventLog
 
-log = logging.getLogger(__name__)
+log = EventLog(__name__)
 
 REMOTE_WRITE_HEADERS = {
     "Content-Encoding": "snappy",
@@ -194,11 +194,7 @@ async def _post_with_retry(
                 f"remote_write to {url} still failing after {attempt} attempts ({status})"
             )
         log.warning(
-            "remote_write_retry url=%s status=%s attempt=%d backoff_s=%.3f",
-            url,
-            status,
-            attempt,
-            backoff,
+            "remote_write_retry", url=url, status=status, attempt=attempt, backoff_s=backoff
         )
         await asyncio.sleep(backoff)
         backoff = min(backoff * 2.0, max_backoff_s)
