@@ -32,6 +32,7 @@ from typing import Any, Protocol
 import httpx
 from pydantic import SecretStr
 
+from detectors.errors import PeerwatchError
 from streams.ingest.series import Series
 from streams.retry import RetryCallState, fixed, retrying_blocking
 from streams.sinks.credentials import BearerAuth, without_userinfo
@@ -45,7 +46,7 @@ ParsedSeries = tuple[dict[str, str], list[int], list[float]]
 Round = tuple[int, list[Series]]
 
 
-class BacktestError(Exception):
+class BacktestError(PeerwatchError):
     """A backtest cannot run as asked; the message says why in one line."""
 
 

@@ -34,6 +34,7 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
 
 from detectors.checks import check_name
+from detectors.errors import InputError
 from streams.kafka.options import client_options, start_client
 from streams.retry import RetryCallState, doubling, retrying
 from streams.settings import Settings
@@ -55,7 +56,7 @@ MAX_NODES_PER_JOB = 100_000  # a bound on one event, far above any gang
 RECONNECT_S = 0.5  # pause after a membership consumer that worked dies, then a fresh backoff
 
 
-class MembershipError(ValueError):
+class MembershipError(InputError):
     """A membership event that cannot be read."""
 
 

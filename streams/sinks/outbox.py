@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from detectors.errors import PeerwatchError
 from streams.retry import doubling, retrying
 from streams.telemetry.logs import EventLog
 
@@ -47,7 +48,7 @@ def _journal_line(key: str, item: Item | None) -> str:
     return json.dumps({"k": key, "v": item}, separators=(",", ":")) + "\n"
 
 
-class OutboxLocked(RuntimeError):
+class OutboxLocked(PeerwatchError, RuntimeError):
     """Another live process holds this outbox's journal (two workers sharing a data dir)."""
 
 

@@ -55,8 +55,8 @@ STATE_CODEC = codecs.get_codec("json")
 TICK_EVERY_S = 1.0
 KAFKA_PROBE_EVERY_S = 5.0  # readiness asks Kafka for the frames topic's offsets this often
 LAG_EVERY_S = 10.0  # how often the frames topic's end offsets are asked for (consumer lag)
-# The per-message costs outside the Pipeline (bench.worker_kafka; README): fetches of 4 MB
-# a partition (Faust: 1 MB) take a bucket's frames in fewer round trips, and Faust's
+# The per-message costs outside the Pipeline (bench.worker_kafka; docs/benchmarks.md): fetches
+# of 4 MB a partition (Faust: 1 MB) take a bucket's frames in fewer round trips, and Faust's
 # per-event monitor counters are read by nothing here (streams.worker.monitor). The producer
 # keeps Faust's linger (0) and batch size: with 50 ms / 512 KB a rebalance could find a
 # group's last snapshot still in the old owner's producer while the frames it covers were

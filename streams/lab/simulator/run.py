@@ -29,6 +29,7 @@ from typing import TypeVar
 
 import httpx
 
+from detectors.errors import PeerwatchError
 from streams.ingest.series import SampleBatch, Series
 from streams.lab.simulator.cluster import ClusterSimulator
 from streams.lab.simulator.config import ClusterConfig
@@ -125,7 +126,7 @@ def read_ground_truth(path: str | Path) -> list[GroundTruth]:
 # --- remote_write ---------------------------------------------------------------------------
 
 
-class RemoteWriteFailed(Exception):
+class RemoteWriteFailed(PeerwatchError):
     """A remote_write request could not be delivered."""
 
 
