@@ -12,6 +12,9 @@ pipeline holds once, with its parameters, and runs for every group:
 * ``end(state, ending)`` — the group ended: the alerts it holds, resolved.
 * ``save(group, state)`` / ``load(group, snap)`` — the keys of the group's snapshot the
   family owns (:class:`GroupFamily`: its state by the state codec under its name).
+* ``figures(state)`` — what the family exports of a group's state for the shell's
+  metrics (a value of its own type; None: nothing), so the shell reads every family's
+  figures through this one hook instead of a view per family.
 
 Families run in the pipeline's order, so a later one can use an earlier one's finding
 (the training phase, the idle nodes, the peer alerts as GPU-health symptoms) through
@@ -126,6 +129,8 @@ class Family(Protocol[S]):
 
     def load(self, group: str, snap: Mapping[str, Any]) -> S | None: ...
 
+    def figures(self, state: S) -> object | None: ...
+
 
 class GroupFamily(Generic[S]):
     """A family whose state is the group's, persisted by the state codec under ``name``
@@ -144,3 +149,6 @@ class GroupFamily(Generic[S]):
     def load(self, group: str, snap: Mapping[str, Any]) -> S | None:
         data = snap.get(self.name)
         return None if data is None else decode(self.state_type, data, self.name)
+
+    def figures(self, state: S) -> object | None:
+        return None

@@ -74,6 +74,9 @@ class PeerScoring:
         )
         return FamilyStep(PeerState(scoring, identity), tuple(changes), tuple(active), found=found)
 
+    def figures(self, state: PeerState) -> None:
+        return None  # its per-node figures are the bucket's verdicts (``BucketResult``)
+
     def end(self, state: PeerState, ending: GroupEnd) -> tuple[AlertChange, ...]:
         alerts = state.scoring.alerts.values()
         firing = active_alerts(alerts, group=ending.group, bucket_ts=ending.ts)

@@ -37,6 +37,7 @@ from detectors.xid.actions import action_rank, is_action
 
 __all__ = [
     "ADVISOR",
+    "LedgerFigures",
     "LedgerParams",
     "LedgerState",
     "NodeLedger",
@@ -160,6 +161,21 @@ class NodeLedger(GroupFamily[LedgerState]):
     def save(self, group: str, state: LedgerState | None) -> dict[str, Any]:
         # no key until it has a state: snapshots of groups it never saw stay as they were
         return {} if state is None else super().save(group, state)
+
+    def figures(self, state: LedgerState) -> LedgerFigures:
+        share, _ = concentration(state, self.params)
+        exclusions = {n: len(r.exclusions) for n, r in state.nodes.items() if r.exclusions}
+        return LedgerFigures(share, xid_counts(state), exclusions)
+
+
+@dataclass(frozen=True)
+class LedgerFigures:
+    """The ledger's figures for /metrics: the top nodes' share of the window's exclusions
+    (None without any), XID counts per node and code, exclusions per node."""
+
+    concentration: float | None
+    xids: dict[str, dict[int, int]]
+    exclusions: dict[str, int]
 
 
 def observe_job(state: LedgerState, params: LedgerParams, event: JobEvent) -> list[Advice]:

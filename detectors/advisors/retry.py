@@ -20,7 +20,7 @@ Every function updates the state in place and returns what it says.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -34,6 +34,7 @@ from detectors.xid.catalog import XidCatalog
 __all__ = [
     "ADVISOR",
     "STEPS",
+    "RetryChains",
     "RetryParams",
     "RetryState",
     "RetryStats",
@@ -149,6 +150,47 @@ class RetryState(JsonState):
     xids: list[NodeXid] = field(default_factory=list)
     excluded: dict[str, int] = field(default_factory=dict)  # node -> when it was excluded
     stats: RetryStats = field(default_factory=RetryStats)
+
+
+class RetryChains:
+    """The retry advisor's state of every group: a job's chain outlives the group that
+    scores its nodes (its frames stop while it restarts, and the group ends), so it is
+    kept apart from the group's state, and persisted apart (the worker's ``retry-state``)."""
+
+    def __init__(self, params: RetryParams, catalog: XidCatalog) -> None:
+        self.params = params
+        self.catalog = catalog
+        self.states: dict[str, RetryState] = {}
+
+    def __contains__(self, group: object) -> bool:
+        return group in self.states
+
+    def _of(self, group: str) -> RetryState:
+        state = self.states.get(group)
+        if state is None:
+            state = self.states[group] = RetryState()
+        return state
+
+    def job_event(self, event: JobEvent) -> list[Advice]:
+        """One job lifecycle event: a failed attempt gets its advice (``step_retry``)."""
+        return step_retry(self._of(event.peer_group), self.params, self.catalog, event)
+
+    def xid(self, group: str, node: str, xid: int, action: str, ts_ms: int) -> None:
+        """An XID on ``node`` (with its action): a cause for a failure of its job soon."""
+        observe_xid(self._of(group), self.params, node, xid, action, ts_ms)
+
+    def figures(self, group: str) -> dict[str, Any]:
+        """The group's chain success and downtimes (``retry_summary``)."""
+        return retry_summary(self._of(group).stats)
+
+    def snapshot(self, group: str) -> dict[str, Any]:
+        return self._of(group).to_dict()
+
+    def restore(self, group: str, snap: Mapping[str, Any]) -> None:
+        self.states[group] = RetryState.from_dict(snap)
+
+    def forget(self, group: str) -> None:
+        self.states.pop(group, None)
 
 
 def observe_xid(

@@ -97,7 +97,7 @@ class FailSlow(GroupFamily[FailSlowGroup]):
     def end(self, state: FailSlowGroup, ending: GroupEnd) -> tuple[AlertChange, ...]:
         return tuple(map(ending.resolve, state.alerts.active()))
 
-    def summary(self, state: FailSlowGroup) -> SloSummary | None:
+    def figures(self, state: FailSlowGroup) -> SloSummary | None:
         """The job's throughput-SLO figures so far (None before its first scored bucket)."""
         if state.state.slo.last_bucket is None:
             return None

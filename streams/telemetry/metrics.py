@@ -10,6 +10,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from detectors.advisors.checkpoint_family import CheckpointState
+from detectors.advisors.ledger import LedgerFigures
 from detectors.failslow.slo import SloSummary
 from detectors.features import per_gpu_key
 from detectors.fusion import NodeVerdict
@@ -357,7 +358,7 @@ class WorkerMetrics:
         )
 
     def observe_slo(self, group: str, summary: SloSummary, *, slow: bool | None = None) -> None:
-        """Export one job's SLO figures (``Pipeline.slo_summary``); ``slow``: the last verdict.
+        """Export one job's SLO figures (``FailSlow.figures``); ``slow``: the last verdict.
 
         The summary holds running totals; the counters advance by what the totals
         grew since the last call (a total that went down -- a group restored from
@@ -566,20 +567,16 @@ class AdvisorSeries(GroupSeries):
         }
         self._replace(self.retry_downtime, group, downtimes)
 
-    def observe_ledger(
-        self,
-        group: str,
-        concentration: float | None,
-        xids: Mapping[str, Mapping[int, int]],
-        exclusions: Mapping[str, int],
-    ) -> None:
-        share: dict[tuple[str, ...], float] = {} if concentration is None else {(): concentration}
-        self._replace(self.ledger_concentration, group, share)
+    def observe_ledger(self, group: str, figures: LedgerFigures) -> None:
+        share = figures.concentration
+        self._replace(self.ledger_concentration, group, {} if share is None else {(): share})
+        xids = figures.xids
         self._replace(
             self.ledger_xids,
             group,
             {(node, str(code)): n for node, codes in xids.items() for code, n in codes.items()},
         )
+        exclusions = figures.exclusions
         self._replace(self.ledger_exclusions, group, {(n,): c for n, c in exclusions.items()})
 
 

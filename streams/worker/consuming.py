@@ -70,7 +70,7 @@ class GroupConsumer:
         elif frame.node:
             self._add(frame, now)
         scored = pipeline.due(group, now)
-        if group in pipeline.retry_states and any(s.changes for s in scored):
+        if group in pipeline.retries and any(s.changes for s in scored):
             self._write_retry(group)  # it may have taken an XID alert as a cause (rare)
         for item in scored:
             await self.publisher.publish(item)
@@ -108,7 +108,7 @@ class GroupConsumer:
         self._hold_retry(group, partition)
         advice = self.pipeline.add_job_event(job)
         self._write_retry(group)
-        self.metrics.advisors.observe_retry(group, self.pipeline.retry_figures(group))
+        self.metrics.advisors.observe_retry(group, self.pipeline.retries.figures(group))
         log.info("job_event", job=job.name, attempt=job.attempt, state=job.state, group=group)
         await self.publisher.advise(advice)
 
@@ -146,22 +146,22 @@ class GroupConsumer:
         # reach it between job events. The table only for one not held: new here, or moved
         # back after a rebalance (_forget_moved dropped it), as the group's state.
         self.ownership.retries_from(group, partition)
-        if self.retry_table is None or group in self.pipeline.retry_states:
+        if self.retry_table is None or group in self.pipeline.retries:
             return
         if (snap := self.retry_table.get(group)) is not None:
-            self.pipeline.restore_retry(group, snap)
+            self.pipeline.retries.restore(group, snap)
 
     def _write_retry(self, group: str) -> None:
         # every change written, so a crash or the next owner loses no XID cause either
         if self.retry_table is not None:
-            self.retry_table[group] = self.pipeline.retry_snapshot(group)
+            self.retry_table[group] = self.pipeline.retries.snapshot(group)
 
     def _forget_moved(self) -> None:
         # Their state, open buckets and re-sends are the new owner's now (it restores the
         # table and gets the unacked frames again); kept here, they would go stale.
         groups, retries = self.ownership.take_moved()
         for group in retries:
-            self.pipeline.forget_retry(group)  # also of a group ended, or with no frames here
+            self.pipeline.retries.forget(group)  # also of a group ended, or with no frames here
         for group in groups:
             self.pipeline.forget(group)
             self.held.drop(group)

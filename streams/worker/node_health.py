@@ -281,6 +281,9 @@ class NodeGpuHealth:
     def save(self, group: str, state: None) -> dict[str, Any]:
         return {"nodes": self.health.snapshot(group)}
 
+    def figures(self, state: None) -> None:
+        return None  # its per-GPU figures are the bucket's changes (XIDs, remaps)
+
     def load(self, group: str, snap: Mapping[str, Any]) -> None:
         if snap.get("nodes") is not None:
             self.health.restore(group, snap["nodes"])

@@ -31,18 +31,9 @@ from detectors.advisors.checkpoint_interval import CheckpointIntervalParams
 from detectors.advisors.checkpoint_io import CheckpointIoParams
 from detectors.advisors.jobs import JobEvent
 from detectors.advisors.ledger import LedgerParams, LedgerState, NodeLedger, observe_job
-from detectors.advisors.ledger import concentration as ledger_concentration
-from detectors.advisors.ledger import xid_counts as ledger_xid_counts
-from detectors.advisors.retry import (
-    RetryParams,
-    RetryState,
-    observe_xid,
-    retry_summary,
-    step_retry,
-)
+from detectors.advisors.retry import RetryChains, RetryParams
 from detectors.failslow.family import FailSlow, FailSlowGroup
 from detectors.failslow.monitor import FailSlowParams, FailSlowVerdict
-from detectors.failslow.slo import SloSummary
 from detectors.families import XID_ALERT
 from detectors.family import BucketEvidence, ClosedBucket, Family, GroupEnd
 from detectors.features import DEFAULT_BUCKET_MS, FeatureSpec
@@ -130,7 +121,8 @@ class Pipeline:
         self.failslow_family = failslow_family = FailSlow(self.failslow_params, bucket_ms)
         self.failslow_inputs = failslow_family.inputs
         self.failslow_alert_params = failslow_family.alerts
-        self.retry_params = retry or RetryParams()
+        # per group; outlives the group's end (a job's retries span its restarts)
+        self.retries = RetryChains(retry or RetryParams(), catalog)
         self.ledger_family = NodeLedger(ledger or LedgerParams())
         # The detector families, in the order they run (a later one sees what the earlier
         # ones found): a new family is one more entry here.
@@ -146,8 +138,6 @@ class Pipeline:
             self.ledger_family,  # last: it records every change of the bucket
         )
         self.groups: dict[str, _Group] = {}
-        # per group; outlives the group's end (a job's retries span its restarts)
-        self.retry_states: dict[str, RetryState] = {}
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Pipeline:
@@ -205,12 +195,21 @@ class Pipeline:
 
     @property
     def checkpoints(self) -> dict[str, CheckpointState]:
-        """The checkpoint advisors' state per group (their figures for /metrics)."""
+        """The checkpoint advisors' state per group."""
         return self._states(CheckpointAdvisors.name, CheckpointState)
 
-    def checkpoint(self, group: str) -> CheckpointState | None:
-        """One group's checkpoint advisors' state (None before its first bucket)."""
-        return self._state(group, CheckpointAdvisors.name, CheckpointState)
+    def figures(self, group: str) -> dict[str, object]:
+        """Each family's figures of ``group`` for /metrics (``Family.figures``), by family
+        name; families without any (or before the group's first bucket) are absent."""
+        held = self.groups.get(group)
+        if held is None:
+            return {}
+        out = {}
+        for family in self.families:
+            state = held.states.get(family.name)
+            if state is not None and (figures := family.figures(state)) is not None:
+                out[family.name] = figures
+        return out
 
     def _states(self, name: str, kind: type[_T]) -> dict[str, _T]:
         return {g: state for g in self.groups if (state := self._state(g, name, kind)) is not None}
@@ -249,8 +248,7 @@ class Pipeline:
         self.node_health.add_log_xid(group, event)
         if event.node is not None and event.ts_ms is not None:  # a cause for a failure soon
             action = self.catalog.lookup(event.xid, event.substatus).action
-            observe_xid(self._retry(group), self.retry_params, event.node, event.xid, action,
-                        event.ts_ms)  # fmt: skip
+            self.retries.xid(group, event.node, event.xid, action, event.ts_ms)
 
     def add_job_event(self, event: JobEvent) -> list[Advice]:
         """One job lifecycle event from the scheduler: the retry advisor's step for a failed
@@ -262,45 +260,18 @@ class Pipeline:
         restarts, and the group ends).
         """
         group = event.peer_group
-        advice = step_retry(self._retry(group), self.retry_params, self.catalog, event)
+        advice = self.retries.job_event(event)
         held = self.groups.get(group)  # the ledger is the scored group's: none before frames
         if held is None:
             return advice
         ledger = held.states.setdefault(NodeLedger.name, LedgerState())
         return advice + observe_job(ledger, self.ledger_family.params, event)
 
-    def _retry(self, group: str) -> RetryState:
-        state = self.retry_states.get(group)
-        if state is None:
-            state = self.retry_states[group] = RetryState()
-        return state
-
     def _retry_causes(self, group: str, changes: Sequence[AlertChange]) -> None:
         """A bucket's XID alerts: causes for the retry advisor when a job fails soon after."""
         for c in changes:
             if c.alertname == XID_ALERT and c.status == "firing" and c.node and c.action:
-                observe_xid(self._retry(group), self.retry_params, c.node, round(c.score),
-                            c.action, c.bucket_ts)  # fmt: skip
-
-    def retry_figures(self, group: str) -> dict[str, Any]:
-        """The group's chain success and downtimes (``retry_summary``)."""
-        return retry_summary(self._retry(group).stats)
-
-    def ledger_figures(
-        self, group: str
-    ) -> tuple[float | None, dict[str, dict[int, int]], dict[str, int]]:
-        """The ledger's exclusion concentration, XID counts and exclusions per node."""
-        # one group's (a per-bucket call: not the all-groups view ``ledgers`` builds)
-        ledger = self._state(group, NodeLedger.name, LedgerState) or LedgerState()
-        share, _ = ledger_concentration(ledger, self.ledger_family.params)
-        exclusions = {n: len(r.exclusions) for n, r in ledger.nodes.items() if r.exclusions}
-        return share, ledger_xid_counts(ledger), exclusions
-
-    def retry_snapshot(self, group: str) -> dict[str, Any]:
-        return self._retry(group).to_dict()
-
-    def restore_retry(self, group: str, snap: Mapping[str, Any]) -> None:
-        self.retry_states[group] = RetryState.from_dict(snap)
+                self.retries.xid(group, c.node, round(c.score), c.action, c.bucket_ts)
 
     def due(self, group: str, now_s: float) -> list[Scored]:
         """Score every bucket of ``group`` that is ready to close: each family in turn."""
@@ -354,11 +325,6 @@ class Pipeline:
         result = BucketResult(group, ending.ts, {}, (), (), ())
         return Scored(bucket, result, changes, [], 0.0, ended=why)
 
-    def slo_summary(self, group: str) -> SloSummary | None:
-        """The job's throughput-SLO figures so far (None before its first scored bucket)."""
-        slow = self.failslow_groups.get(group)
-        return None if slow is None else self.failslow_family.summary(slow)
-
     def groups_waiting(self, now_s: float) -> list[str]:
         """Groups with an open bucket past its grace period, or that ended (a timer should
         wake them: nothing else would)."""
@@ -374,11 +340,7 @@ class Pipeline:
         if it comes back here it must be restored from the table, not from stale memory."""
         self.groups.pop(group, None)
         self.node_health.forget_group(group)
-        self.forget_retry(group)
-
-    def forget_retry(self, group: str) -> None:
-        """Drop the group's retry state (``forget``'s part that outlives the group)."""
-        self.retry_states.pop(group, None)
+        self.retries.forget(group)
 
     def snapshot(self, group: str) -> dict[str, Any]:
         """The group's window and every family's part (its own keys), JSON-safe."""

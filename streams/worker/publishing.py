@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
+from detectors.advisors.checkpoint_family import CheckpointAdvisors
+from detectors.advisors.ledger import NodeLedger
+from detectors.failslow.family import FailSlow
 from detectors.vocabulary import Advice
 from streams.records import AlertRecord
 from streams.sinks.advice import advice_key, advice_record
@@ -93,9 +97,18 @@ def observe_bucket(metrics: WorkerMetrics, pipeline: Pipeline, scored: Scored) -
     if not result.stale:
         metrics.nodes.observe(bucket.group, result.verdicts, bucket.frames, scored.active)
     metrics.nodes.count_xids(bucket.group, scored.changes)
-    if (slo := pipeline.slo_summary(bucket.group)) is not None:
-        verdict = scored.failslow
-        metrics.observe_slo(bucket.group, slo, slow=verdict.slow if verdict else None)
-    metrics.advisors.observe_ledger(bucket.group, *pipeline.ledger_figures(bucket.group))
-    if (checkpoint := pipeline.checkpoint(bucket.group)) is not None:
-        metrics.checkpoint.observe(bucket.group, checkpoint)
+    for family, figures in pipeline.figures(bucket.group).items():
+        FIGURES_TO_METRICS[family](metrics, bucket.group, figures, scored)
+
+
+def _slow(scored: Scored) -> bool | None:
+    return None if scored.failslow is None else scored.failslow.slow
+
+
+# Where each family's figures (``Family.figures``) go on /metrics; a family that exports
+# figures needs an entry here (a KeyError in the first bucket otherwise, in every test).
+FIGURES_TO_METRICS: dict[str, Callable[[WorkerMetrics, str, Any, Scored], None]] = {
+    FailSlow.name: lambda m, group, slo, scored: m.observe_slo(group, slo, slow=_slow(scored)),
+    NodeLedger.name: lambda m, group, ledger, _: m.advisors.observe_ledger(group, ledger),
+    CheckpointAdvisors.name: lambda m, group, state, _: m.checkpoint.observe(group, state),
+}

@@ -27,6 +27,7 @@ from detectors.failslow.alerts import (
     step_failslow_alerts,
 )
 from detectors.failslow.changepoint import ChangeVerdict
+from detectors.failslow.family import FailSlow
 from detectors.failslow.inputs import job_inputs, node_metrics
 from detectors.failslow.localise import Culprit, Localisation, localise
 from detectors.failslow.mitigation import Advice, Stage
@@ -165,17 +166,17 @@ def test_snapshot_restore_keeps_the_fail_slow_state_and_its_alerts() -> None:
             changes.extend(scored.changes)
         if not restored and any(c.alertname == FAIL_SLOW for c in changes):
             snap = json.loads(json.dumps(pipeline.snapshot(GROUP), allow_nan=False))
-            before = pipeline.slo_summary(GROUP)
+            before = pipeline.figures(GROUP).get(FailSlow.name)
             pipeline = Pipeline.from_settings(SETTINGS)
             pipeline.restore(GROUP, snap)
             assert pipeline.snapshot(GROUP) == snap
-            assert pipeline.slo_summary(GROUP) == before
+            assert pipeline.figures(GROUP).get(FailSlow.name) == before
             restored = True
     assert restored
     fired = [c for c in changes if c.alertname == FAIL_SLOW and c.status == "firing"]
     assert len({c.starts_bucket_ts for c in fired}) == 1  # re-sends only, no second episode
     assert snap["failslow"]["state"]["changepoint"]["episode"] is not None
-    summary = pipeline.slo_summary(GROUP)
+    summary = pipeline.figures(GROUP).get(FailSlow.name)
     assert summary is not None and summary.incident_count == 1
     assert summary.incidents[0].culprits == ((run.node, str(run.gpu)),)
 

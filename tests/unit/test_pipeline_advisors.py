@@ -7,7 +7,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from detectors.advisors.jobs import JobEvent
-from detectors.advisors.ledger import LedgerParams
+from detectors.advisors.ledger import LedgerFigures, LedgerParams, NodeLedger
 from detectors.group import ScoringParams
 from detectors.xid.events import XidEvent
 from streams.catalog import DEFAULT_FEATURES, load_xid_catalog
@@ -70,7 +70,7 @@ def test_the_ledger_steps_with_each_scored_bucket():
     out = with_xid(p, "n02", 13)
     said = [(a.advisor, a.kind, a.node) for s in out for a in s.advice]
     assert said == [("ledger", "xid_above_peers", "n02")]
-    assert p.ledger_figures("job-a") == (None, {"n02": {13: 1}}, {})
+    assert p.figures("job-a")[NodeLedger.name] == LedgerFigures(None, {"n02": {13: 1}}, {})
 
 
 def test_the_ledger_is_in_the_group_snapshot_and_the_retry_state_in_its_own():
@@ -81,9 +81,9 @@ def test_the_ledger_is_in_the_group_snapshot_and_the_retry_state_in_its_own():
     p.add_job_event(job("failed", T0 + 2 * B, 2, exit_reason="nccl"))
     q = pipeline()
     q.restore("job-a", p.snapshot("job-a"))
-    q.restore_retry("job-a", p.retry_snapshot("job-a"))
-    assert q.ledgers == p.ledgers and q.retry_states == p.retry_states
-    assert q.ledger_figures("job-a")[2] == {"n00": 1}
+    q.retries.restore("job-a", p.retries.snapshot("job-a"))
+    assert q.ledgers == p.ledgers and q.retries.states == p.retries.states
+    assert q.figures("job-a")[NodeLedger.name].exclusions == {"n00": 1}
 
 
 def test_a_job_s_retry_state_outlives_its_group():
@@ -110,7 +110,7 @@ def test_a_job_event_for_a_group_without_frames_holds_no_group():
     p = pipeline()
     p.add_job_event(job("running", T0))
     p.add_job_event(job("failed", T0 + B, exit_reason="nccl"))
-    assert p.groups == {} and set(p.retry_states) == {"job-a"}
+    assert p.groups == {} and set(p.retries.states) == {"job-a"}
 
 
 def test_the_advisor_series_follow_the_figures_and_go_with_the_group():
@@ -120,8 +120,8 @@ def test_the_advisor_series_follow_the_figures_and_go_with_the_group():
     p.add_job_event(job("running", T0))
     p.add_job_event(job("running", T0 + B, 2, nodes=NODES[1:]))
     advice = p.add_job_event(job("failed", T0 + 2 * B, 2, exit_reason="nccl"))
-    metrics.advisors.observe_ledger("job-a", *p.ledger_figures("job-a"))
-    metrics.advisors.observe_retry("job-a", p.retry_figures("job-a"))
+    metrics.advisors.observe_ledger("job-a", p.figures("job-a")[NodeLedger.name])
+    metrics.advisors.observe_retry("job-a", p.retries.figures("job-a"))
     metrics.advisors.count_advice(advice)
     page = generate_latest(metrics.registry).decode()
     assert 'peerwatch_ledger_node_xids{group="job-a",node="n02",xid="13"} 1.0' in page
