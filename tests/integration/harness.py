@@ -21,8 +21,8 @@ import httpx
 import pytest
 import yaml
 from aiokafka import AIOKafkaConsumer
-from aiokafka.admin import AIOKafkaAdminClient
 
+from bench.worker_kafka import committed
 from streams.kafka.reading import records_to_end
 from streams.lab.launchers import PeerwatchProcess, Prometheus, free_port, peerwatch_env
 from streams.sinks.advice import ADVICE_RECORD
@@ -247,13 +247,7 @@ async def read_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> lis
 
 async def committed_offsets(bootstrap: str, group_id: str, topic: str) -> int:
     """The sum of ``group_id``'s committed offsets on ``topic``'s partitions (0: none)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        offsets = await admin.list_consumer_group_offsets(group_id)
-    finally:
-        await admin.close()
-    return sum(meta.offset for tp, meta in offsets.items() if tp.topic == topic and meta.offset > 0)
+    return sum(o for o in (await committed(bootstrap, group_id, topic)).values() if o > 0)
 
 
 async def read_alert_records(bootstrap: str, topic: str) -> list[dict]:
