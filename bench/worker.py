@@ -301,9 +301,7 @@ def _feed(
             now_s = frames[0].ts / 1000.0 + BUCKET_S + 1.0
             started = clock()
             for f in frames:
-                pipeline.add(
-                    group, f.node, f.ts, f.values, f.gpus, now_s, f.role, on_hold=f.on_hold
-                )
+                pipeline.add(f, now_s)
                 before = clock()
                 scored = pipeline.due(group, now_s)
                 scoring += clock() - before

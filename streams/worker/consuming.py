@@ -65,7 +65,7 @@ class GroupConsumer:
             self.held.hold(group, max(frame.ts, pipeline.window(group).closed_upto + 1), event)
             done = None
         if frame.left:
-            pipeline.leave(group, frame.node, frame.ts, now)
+            pipeline.add(frame, now)
             log.info("node_left", group=group, node=frame.node)
         elif frame.node:
             self._add(frame, now)
@@ -84,16 +84,7 @@ class GroupConsumer:
     def _add(self, frame: Frame, now: float) -> None:
         self.metrics.frames.inc()
         group = frame.group
-        if not self.pipeline.add(
-            group,
-            frame.node,
-            frame.ts,
-            frame.values,
-            frame.gpus,
-            now,
-            frame.role,
-            on_hold=frame.on_hold,
-        ):
+        if not self.pipeline.add(frame, now):
             self.metrics.frames_late.labels(group=group).inc()
             log.debug("frame_late", group=group, node=frame.node, ts=frame.ts)
 

@@ -81,10 +81,7 @@ def score_rounds(
 
 def _feed(pipeline: Pipeline, frames: list[Frame], now_s: float) -> list[Scored]:
     for f in frames:
-        if f.left:
-            pipeline.leave(f.group, f.node, f.ts, now_s)
-        else:
-            pipeline.add(f.group, f.node, f.ts, f.values, f.gpus, now_s, f.role, on_hold=f.on_hold)
+        pipeline.add(f, now_s)
     scored: list[Scored] = []
     for group in {f.group for f in frames} | set(pipeline.groups_waiting(now_s)):
         scored.extend(pipeline.due(group, now_s))

@@ -26,25 +26,26 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from detectors.advisors.checkpoint_family import CheckpointAdvisors, CheckpointState
+from detectors.advisors.checkpoint_family import CheckpointAdvisors
 from detectors.advisors.checkpoint_interval import CheckpointIntervalParams
 from detectors.advisors.checkpoint_io import CheckpointIoParams
 from detectors.advisors.jobs import JobEvent
 from detectors.advisors.ledger import LedgerParams, LedgerState, NodeLedger, observe_job
 from detectors.advisors.retry import RetryChains, RetryParams
-from detectors.failslow.family import FailSlow, FailSlowGroup
+from detectors.failslow.family import FailSlow
 from detectors.failslow.monitor import FailSlowParams, FailSlowVerdict
 from detectors.families import XID_ALERT
 from detectors.family import BucketEvidence, ClosedBucket, Family, GroupEnd
 from detectors.features import DEFAULT_BUCKET_MS, FeatureSpec
 from detectors.gpu_health import GpuHealthParams
-from detectors.group import BucketResult, GroupState, ScoringParams
-from detectors.peer_scoring import PeerScoring, PeerState
+from detectors.group import BucketResult, ScoringParams
+from detectors.peer_scoring import PeerScoring
 from detectors.phase import Phase
-from detectors.vocabulary import Advice, AlertChange, AlertKey, Labels
+from detectors.vocabulary import Advice, AlertChange
 from detectors.xid.catalog import XidCatalog
 from detectors.xid.events import XidEvent
 from streams.catalog import features_for, load_xid_catalog
+from streams.frames import Frame
 from streams.settings import Settings
 from streams.worker.node_health import NodeGpuHealth, NodeHealth
 from streams.worker.windows import GroupWindow
@@ -171,32 +172,15 @@ class Pipeline:
             )
         return held
 
-    # Per-family views of the groups' state (tests and benchmarks read them).
     @property
     def windows(self) -> Mapping[str, GroupWindow]:
         """The groups' windows (a view: the worker asks ``group in windows`` per frame)."""
         return _Windows(self.groups)
 
-    @property
-    def states(self) -> dict[str, GroupState]:
-        return {g: s.scoring for g, s in self._states(PeerScoring.name, PeerState).items()}
-
-    @property
-    def failslow_groups(self) -> dict[str, FailSlowGroup]:
-        return self._states(FailSlow.name, FailSlowGroup)
-
-    @property
-    def identities(self) -> dict[str, Mapping[AlertKey, Labels]]:
-        return {g: s.identity for g, s in self._states(PeerScoring.name, PeerState).items()}
-
-    @property
-    def ledgers(self) -> dict[str, LedgerState]:
-        return self._states(NodeLedger.name, LedgerState)
-
-    @property
-    def checkpoints(self) -> dict[str, CheckpointState]:
-        """The checkpoint advisors' state per group."""
-        return self._states(CheckpointAdvisors.name, CheckpointState)
+    def family_states(self, family: str) -> dict[str, Any]:
+        """Family ``family``'s state of every group that has one (tests and benchmarks)."""
+        states = ((g, held.states.get(family)) for g, held in self.groups.items())
+        return {g: state for g, state in states if state is not None}
 
     def figures(self, group: str) -> dict[str, object]:
         """Each family's figures of ``group`` for /metrics (``Family.figures``), by family
@@ -211,36 +195,18 @@ class Pipeline:
                 out[family.name] = figures
         return out
 
-    def _states(self, name: str, kind: type[_T]) -> dict[str, _T]:
-        return {g: state for g in self.groups if (state := self._state(g, name, kind)) is not None}
-
-    def _state(self, group: str, name: str, kind: type[_T]) -> _T | None:
-        """Family ``name``'s state of one group, if it has one of ``kind``."""
-        held = self.groups.get(group)
-        state = None if held is None else held.states.get(name)
-        return state if isinstance(state, kind) else None
-
-    def add(
-        self,
-        group: str,
-        node: str,
-        ts: int,
-        values: Mapping[str, float],
-        gpus: Mapping[str, str],
-        now_s: float,
-        role: str | None = None,
-        *,
-        on_hold: bool = False,
-    ) -> bool:
-        """Take one frame; False when it is late and was dropped. ``on_hold``: the node's
-        group label was missing from it (``Frame.on_hold``)."""
-        self.node_health.add(group, node, ts, values, gpus)
-        return self.window(group).add(node, ts, values, gpus, now_s, role, on_hold=on_hold)
-
-    def leave(self, group: str, node: str, ts: int, now_s: float) -> None:
-        """``node`` left ``group`` at bucket ``ts``; its alerts resolve at the next scored
-        bucket."""
-        self.window(group).leave(node, ts, now_s)
+    def add(self, frame: Frame, now_s: float) -> bool:
+        """Take one frame; False when it is late and was dropped. A departure notice
+        (``Frame.left``): its node's alerts resolve at the group's next scored bucket."""
+        window = self.window(frame.group)
+        if frame.left:
+            window.leave(frame.node, frame.ts, now_s)
+            return True
+        self.node_health.add(frame.group, frame.node, frame.ts, frame.values, frame.gpus)
+        return window.add(
+            frame.node, frame.ts, frame.values, frame.gpus, now_s, frame.role,
+            on_hold=frame.on_hold,
+        )  # fmt: skip
 
     def add_log_xid(self, group: str, event: XidEvent) -> None:
         """An XID from a kernel log line; judged with the next scored bucket of the node's

@@ -49,7 +49,7 @@ def uninterrupted(settings: Settings, group: str) -> tuple[list[int], list[dict[
     for bucket in range(LAST + 1):
         for node in NODES:
             f = frame(group, node, bucket)
-            pipeline.add(group, f.node, f.ts, f.values, f.gpus, 0.0)
+            pipeline.add(f, 0.0)
             for scored in pipeline.due(group, 0.0):
                 buckets.append(scored.bucket.ts)
                 alerts += [dict(to_record(c, links).to_representation()) for c in scored.changes]

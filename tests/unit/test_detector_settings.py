@@ -21,6 +21,7 @@ from detectors.gpu_health import GpuHealthParams
 from detectors.group import ScoringParams
 from streams.catalog import DEFAULT_FEATURES, load_xid_catalog
 from streams.cli import main
+from streams.frames import Frame
 from streams.ingest.builder import frame_builder_for
 from streams.settings import Settings, load_settings
 from streams.worker.pipeline import Pipeline
@@ -52,7 +53,7 @@ def _first_firing_bucket(settings: Settings) -> int | None:
         ts = T0 + i * B
         for k, node in enumerate(NODES):
             util = 5.0 if node == "n07" and i >= 5 else 95.0 + (k + i) % 3
-            p.add("job", node, ts, {"gpu_util": util, "gpu_power_w": 300.0 + k}, {}, ts / 1000)
+            p.add(Frame("job", node, ts, {"gpu_util": util, "gpu_power_w": 300.0 + k}), ts / 1000)
         for scored in p.due("job", ts / 1000 + 60):
             if any(c.alertname == NODE_DEVIATION and c.status == "firing" for c in scored.changes):
                 return i

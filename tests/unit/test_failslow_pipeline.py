@@ -34,6 +34,7 @@ from detectors.failslow.mitigation import Advice, Stage
 from detectors.failslow.monitor import FailSlowVerdict
 from detectors.failslow.slo import SloSummary
 from detectors.fusion import Signal
+from streams.frames import Frame
 from streams.lab.simulator.config import ClusterConfig
 from streams.lab.simulator.run import generate
 from streams.lab.simulator.scenarios import REPORTING_SEEDS, get_scenario
@@ -161,7 +162,7 @@ def test_snapshot_restore_keeps_the_fail_slow_state_and_its_alerts() -> None:
         builder.add(series, now_s=now_s)
         frames = builder.close_due_by_watermark(now_s=now_s, idle_s=SETTINGS.ingest_idle_flush_s)
         for f in frames:
-            pipeline.add(f.group, f.node, f.ts, f.values, f.gpus, now_s)
+            pipeline.add(f, now_s)
         for scored in pipeline.due(GROUP, now_s):
             changes.extend(scored.changes)
         if not restored and any(c.alertname == FAIL_SLOW for c in changes):
@@ -217,7 +218,7 @@ def feed(pipeline: Pipeline, buckets: range, slow_from: int, huge: float | None 
     for b in buckets:
         now_s = (b + 1) * B / 1000 + 1
         for node, values in hand_frames(b, b >= slow_from, huge).items():
-            pipeline.add(GROUP, node, b * B, values, {}, now_s)
+            pipeline.add(Frame(GROUP, node, b * B, values), now_s)
         verdicts.extend(s.failslow for s in pipeline.due(GROUP, now_s))
     return verdicts
 

@@ -18,6 +18,7 @@ from detectors.state_codec import JsonState
 from detectors.vocabulary import Advice, AlertChange
 from detectors.xid.catalog import XidCatalog
 from streams.catalog import DEFAULT_FEATURES, load_xid_catalog
+from streams.frames import Frame
 from streams.worker.pipeline import Pipeline, Scored
 
 B = 30_000
@@ -73,7 +74,7 @@ def run(p: Pipeline, first: int, last: int, silent: str | None = "n07") -> list[
         ts = T0 + i * B
         for node in NODES:
             if node != silent or i < 6:
-                p.add("job-a", node, ts, {"gpu_util": 95.0, "procs_running": 14.0}, {}, ts / 1e3)
+                p.add(Frame("job-a", node, ts, {"gpu_util": 95.0, "procs_running": 14.0}), ts / 1e3)
         out += p.due("job-a", ts / 1000 + 60)
     return out
 

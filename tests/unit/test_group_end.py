@@ -10,6 +10,7 @@ from detectors.alerts import AlertChange
 from detectors.group import ScoringParams
 from detectors.xid.catalog import XidCatalog
 from streams.catalog import DEFAULT_FEATURES, load_xid_catalog
+from streams.frames import Frame
 from streams.sinks.payloads import to_payload
 from streams.telemetry.metrics import WorkerMetrics
 from streams.worker.pipeline import Pipeline, Scored
@@ -33,7 +34,7 @@ def run(p: Pipeline, i: int, frames: dict[str, dict[str, float]], group: str = "
     """Bucket ``i`` of ``group``: frames in at its end, what ``due`` gives a minute later."""
     ts = T0 + i * B
     for node, values in frames.items():
-        p.add(group, node, ts, values, {}, ts / 1000 + 30)
+        p.add(Frame(group, node, ts, values), ts / 1000 + 30)
     return p.due(group, ts / 1000 + 90)
 
 
@@ -59,13 +60,13 @@ def test_when_every_node_departed_the_groups_alerts_resolve_and_it_is_dropped(
     open_alerts = firing(p, catalog)
     ts = T0 + 10 * B
     for node in NODES:
-        p.leave("job-a", node, ts, ts / 1000)
+        p.add(Frame("job-a", node, ts, {}, left=True), ts / 1000)
     (end,) = p.due("job-a", ts / 1000 + 1)
     assert end.ended == "every node left the group"
     # the departed nodes' per-GPU health is theirs: it follows them, it does not end here
     assert {(c.alertname, c.node) for c in end.changes} == open_alerts - {("PeerwatchXid", "n03")}
     assert {c.status for c in end.changes} == {"resolved"}
-    assert "job-a" not in p.windows and "job-a" not in p.states
+    assert "job-a" not in p.windows and "job-a" not in p.groups
     assert p.node_health.home("n03") == "job-a"  # kept until its next frame says where it is
 
 
@@ -84,8 +85,7 @@ def test_when_its_frames_stop_for_membership_buckets_the_group_ends(catalog: Xid
         open_alerts, "resolved"
     )
     assert all(c.reason.startswith("group ended (no frame") for c in end.changes)
-    assert p.windows == {} and p.states == {} and p.failslow_groups == {}
-    assert p.identities == {} and len(p.node_health) == 0
+    assert p.windows == {} and p.groups == {} and len(p.node_health) == 0
 
 
 def test_a_group_with_members_that_keeps_sending_does_not_end(catalog: XidCatalog) -> None:
@@ -99,7 +99,7 @@ def test_an_ended_group_that_comes_back_starts_afresh(catalog: XidCatalog) -> No
     p = Pipeline(DEFAULT_FEATURES, ScoringParams(), catalog, membership_buckets=MEMBERSHIP)
     firing(p, catalog)
     for node in NODES:
-        p.leave("job-a", node, T0 + 10 * B, (T0 + 10 * B) / 1000)
+        p.add(Frame("job-a", node, T0 + 10 * B, {}, left=True), (T0 + 10 * B) / 1000)
     p.due("job-a", (T0 + 10 * B) / 1000 + 1)
     out = [s for i in range(40, 44) for s in run(p, i, {n: busy() for n in NODES})]
     assert [c for s in out for c in s.changes] == []

@@ -15,6 +15,7 @@ import httpx
 
 from detectors.group import ScoringParams
 from streams.catalog import DEFAULT_FEATURES, load_xid_catalog
+from streams.frames import Frame
 from streams.sinks.alertmanager import AlertmanagerSink
 from streams.worker.pipeline import Pipeline
 
@@ -31,7 +32,7 @@ def score(p: Pipeline, group: str, buckets: range) -> None:
     for i in buckets:
         ts = T0 + i * B
         for node in NODES:
-            p.add(group, node, ts, {"procs_running": 10.0, "xid_last@0": 0.0}, {}, ts / 1000)
+            p.add(Frame(group, node, ts, {"procs_running": 10.0, "xid_last@0": 0.0}), ts / 1000)
         p.due(group, ts / 1000 + 60)
 
 
@@ -41,7 +42,7 @@ def test_a_forgotten_group_holds_nothing_and_restores_the_newer_snapshot() -> No
     new.restore("job-a", json.loads(json.dumps(old.snapshot("job-a"))))
     score(new, "job-a", range(3, 6))  # the new owner moves on
     old.forget("job-a")
-    assert "job-a" not in old.windows and "job-a" not in old.states
+    assert "job-a" not in old.windows and "job-a" not in old.groups
     assert not old.node_health.snapshot("job-a")
     old.restore("job-a", json.loads(json.dumps(new.snapshot("job-a"))))
     assert old.window("job-a").closed_upto == T0 + 5 * B

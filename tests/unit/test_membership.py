@@ -260,10 +260,7 @@ def test_a_departure_sent_before_the_old_groups_last_frame_still_departs() -> No
     assert [(f.group, f.ts, f.left) for f in frames] == [("c", B, True), ("c", 0, False)]
     p = Pipeline(DEFAULT_FEATURES, ScoringParams(), load_xid_catalog("nvidia"))
     for f in frames:  # as the worker does: each frame, then what is due
-        if f.left:
-            p.leave(f.group, f.node, f.ts, now_s=0.0)
-        else:
-            p.add(f.group, f.node, f.ts, f.values, f.gpus, now_s=0.0)
+        p.add(f, now_s=0.0)
         p.due(f.group, now_s=0.0)
     win = p.windows["c"]
     assert win.expected_at(0) == frozenset({"n1"})  # it was the cluster's in bucket 0

@@ -12,6 +12,7 @@ from detectors.group import ScoringParams
 from detectors.xid.events import XidEvent
 from detectors.xid.kernel_log import parse_kernel_line
 from streams.catalog import DEFAULT_FEATURES, load_xid_catalog
+from streams.frames import Frame
 from streams.worker.node_health import split_by_node
 from streams.worker.pipeline import Pipeline, Scored
 
@@ -40,7 +41,7 @@ def bucket(
     ts = T0 + i * B
     for group, frames in placed.items():
         for node, values in frames.items():
-            p.add(group, node, ts, values, {}, ts / 1000)
+            p.add(Frame(group, node, ts, values), ts / 1000)
     return {g: p.due(g, ts / 1000 + 60) for g in p.windows}
 
 
@@ -78,10 +79,10 @@ def test_per_gpu_values_of_a_frame_whose_bucket_a_departure_emptied_still_count(
         xid = 94.0 if i == 5 else 0.0
         gpu_group = "cluster" if i == 5 else "job-a"  # the label vanishes with the XID
         for n in NODES:
-            p.add("job-a", n, ts, healthy(), {}, ts / 1000)
-        p.add(gpu_group, "n09", ts, healthy(**{"xid_last@1": xid}), {}, ts / 1000)
-        p.leave("job-a", "n09", ts, ts / 1000)
-        p.add("cluster", "n09", ts, {"procs_running": 40.0}, {}, ts / 1000)
+            p.add(Frame("job-a", n, ts, healthy()), ts / 1000)
+        p.add(Frame(gpu_group, "n09", ts, healthy(**{"xid_last@1": xid})), ts / 1000)
+        p.add(Frame("job-a", "n09", ts, {}, left=True), ts / 1000)
+        p.add(Frame("cluster", "n09", ts, {"procs_running": 40.0}), ts / 1000)
         out = {g: p.due(g, ts / 1000 + 60) for g in list(p.windows)}
         assert xid_changes(out) == ([("cluster", "n09", "firing", "1")] if i == 5 else [])
 
@@ -95,9 +96,9 @@ def test_a_bucket_the_old_group_closed_first_is_judged_in_the_new_one(catalog) -
     ts = T0 + 5 * B
     for n in NODES:
         if n != "n06":
-            p.add("job-a", n, ts, healthy(), {}, ts / 1000)
+            p.add(Frame("job-a", n, ts, healthy()), ts / 1000)
     assert p.due("job-a", ts / 1000 + 60)  # closed without n06
-    p.add("cluster", "n06", ts, healthy(**{"xid_last@0": 149.0}), {}, ts / 1000)
+    p.add(Frame("cluster", "n06", ts, healthy(**{"xid_last@0": 149.0})), ts / 1000)
     (scored,) = p.due("cluster", ts / 1000 + 60)
     xids = [c for c in scored.changes if c.alertname == XID_ALERT]
     assert [(c.node, c.bucket_ts) for c in xids] == [("n06", ts)]
@@ -250,7 +251,7 @@ def run_xid_twice(catalog, line: str, log_bucket: int, gauge_bucket: int):  # ty
                 "job-a", event.with_origin(node="n01", gpu="0000:3b:00.0", ts_ms=ts + 9_000)
             )
         for frame in dcgm_frames(builder, ts, 79.0 if i >= gauge_bucket else 0.0):
-            p.add(frame.group, frame.node, frame.ts, frame.values, frame.gpus, ts / 1000)
+            p.add(frame, ts / 1000)
         changes += [c for s in p.due("job-a", ts / 1000 + 60) for c in s.changes]
     return [(c.alertname, c.node, c.status, dict(c.labels)["gpu"]) for c in changes]
 
@@ -280,14 +281,14 @@ def test_the_pci_map_survives_a_restore(catalog) -> None:  # type: ignore[no-unt
 
     p = pipeline(catalog)
     for frame in dcgm_frames(FrameBuilder(DEFAULT_FEATURES), T0, 0.0):
-        p.add(frame.group, frame.node, frame.ts, frame.values, frame.gpus, T0 / 1000)
+        p.add(frame, T0 / 1000)
     p.due("job-a", T0 / 1000 + 60)
     q = pipeline(catalog)
     q.restore("job-a", json.loads(json.dumps(p.snapshot("job-a"))))
     event = parse_kernel_line(KERNEL)
     assert event is not None
     q.add_log_xid("job-a", event.with_origin(node="n01", gpu="0000:3b:00.0", ts_ms=T0 + B))
-    q.add("job-a", "n01", T0 + B, {"xid_last@0": 0.0, "xid_last@1": 79.0}, {}, T0 / 1000 + 30)
+    q.add(Frame("job-a", "n01", T0 + B, {"xid_last@0": 0.0, "xid_last@1": 79.0}), T0 / 1000 + 30)
     (change,) = [c for s in q.due("job-a", T0 / 1000 + 90) for c in s.changes]
     assert dict(change.labels)["gpu"] == "1"
 

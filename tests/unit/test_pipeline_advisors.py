@@ -11,6 +11,7 @@ from detectors.advisors.ledger import LedgerFigures, LedgerParams, NodeLedger
 from detectors.group import ScoringParams
 from detectors.xid.events import XidEvent
 from streams.catalog import DEFAULT_FEATURES, load_xid_catalog
+from streams.frames import Frame
 from streams.telemetry.metrics import WorkerMetrics
 from streams.worker.pipeline import Pipeline, Scored
 
@@ -30,7 +31,7 @@ def busy(**extra: float) -> dict[str, float]:
 def run(p: Pipeline, i: int, frames: dict[str, dict[str, float]]) -> list[Scored]:
     ts = T0 + i * B
     for node, values in frames.items():
-        p.add("job-a", node, ts, values, {}, ts / 1000 + 30)
+        p.add(Frame("job-a", node, ts, values), ts / 1000 + 30)
     return p.due("job-a", ts / 1000 + 90)
 
 
@@ -82,7 +83,8 @@ def test_the_ledger_is_in_the_group_snapshot_and_the_retry_state_in_its_own():
     q = pipeline()
     q.restore("job-a", p.snapshot("job-a"))
     q.retries.restore("job-a", p.retries.snapshot("job-a"))
-    assert q.ledgers == p.ledgers and q.retries.states == p.retries.states
+    ledgers = [pipe.family_states(NodeLedger.name) for pipe in (p, q)]
+    assert ledgers[0] == ledgers[1] and q.retries.states == p.retries.states
     assert q.figures("job-a")[NodeLedger.name].exclusions == {"n00": 1}
 
 
@@ -92,7 +94,7 @@ def test_a_job_s_retry_state_outlives_its_group():
     run(p, 0, {n: busy() for n in NODES})
     p.add_job_event(job("failed", T0 + B, exit_reason="nccl"))
     ended = p.due("job-a", T0 / 1000 + 3600)
-    assert ended and ended[-1].ended is not None and "job-a" not in p.ledgers
+    assert ended and ended[-1].ended is not None and "job-a" not in p.family_states(NodeLedger.name)
     (second,) = p.add_job_event(job("failed", T0 + 2 * B, 2, exit_reason="nccl"))
     assert dict(second.figures)["failures"] == 2
 

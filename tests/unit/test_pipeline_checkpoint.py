@@ -10,7 +10,7 @@ import json
 import pytest
 from prometheus_client import generate_latest
 
-from detectors.advisors.checkpoint_family import CheckpointState
+from detectors.advisors.checkpoint_family import CheckpointAdvisors, CheckpointState
 from detectors.vocabulary import Advice
 from streams.lab.simulator.config import ClusterConfig
 from streams.lab.simulator.faults import CHECKPOINT_SAVE, JOB_DEATH, RESTART_LOAD, EccFault
@@ -52,11 +52,11 @@ def run() -> tuple[CheckpointState, list[Advice]]:
         builder.add(series, now_s=now_s)
         frames = builder.close_due_by_watermark(now_s=now_s, idle_s=SETTINGS.ingest_idle_flush_s)
         for f in frames:
-            pipeline.add(f.group, f.node, f.ts, f.values, f.gpus, now_s, f.role)
+            pipeline.add(f, now_s)
         for group in {f.group for f in frames} | set(pipeline.groups_waiting(now_s)):
             for scored in pipeline.due(group, now_s):
                 advice += scored.advice
-    (state,) = pipeline.checkpoints.values()
+    (state,) = pipeline.family_states(CheckpointAdvisors.name).values()
     return state, advice
 
 

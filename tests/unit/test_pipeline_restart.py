@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from streams.frames import Frame
 from streams.settings import Settings
 from streams.worker.pipeline import Pipeline
 from tests.unit.test_quantile import json_sketches
@@ -45,7 +46,7 @@ def test_restored_pipeline_gives_the_recorded_changes(scenario: str) -> None:
     transitions = 0
     for step in run["steps"]:
         for group, node, ts, values, gpus in step["frames"]:
-            pipeline.add(group, node, ts, values, gpus, step["now_s"])
+            pipeline.add(Frame(group, node, ts, values, gpus), step["now_s"])
         for group in sorted(run["snapshots"]):
             got = [
                 {

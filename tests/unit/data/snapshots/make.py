@@ -42,7 +42,7 @@ def snapshot(
         now_s = t_ms / 1000.0
         builder.add(series, now_s=now_s)
         for f in builder.close_due_by_watermark(now_s=now_s, idle_s=SETTINGS.ingest_idle_flush_s):
-            pipeline.add(f.group, f.node, f.ts, f.values, f.gpus, now_s)
+            pipeline.add(f, now_s)
             groups.add(f.group)
         for group in sorted(groups):
             list(pipeline.due(group, now_s))
