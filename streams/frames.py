@@ -4,9 +4,8 @@ The contract between the two sides lives here, owned by neither: the ``Frame``
 value, the merge of partial frames of one (node, bucket), and the JSON codec.
 Plain standard library, so the ingest runs without Faust.
 
-Wire format: one JSON object per message with the fields of ``Frame``. Frames
-written by older versions (Faust records) carry an extra ``__faust`` key; it and
-any other unknown key are ignored, so old topics still decode.
+Wire format: one JSON object per message with the fields of ``Frame``; a key it does
+not know is ignored, and the optional fields take their defaults.
 """
 
 from __future__ import annotations
