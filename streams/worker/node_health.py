@@ -244,14 +244,6 @@ class NodeHealth:
             if logged:
                 self._log_xids[node] = logged
 
-    def restore_group_state(self, group: str, data: Mapping[str, Any]) -> None:
-        """A snapshot from before per-node state (one ``GpuHealthState`` per group)."""
-        nodes = {}
-        for node, state in split_by_node(data).items():
-            sampled = [int(row["ts_ms"]) for row in state["gauge"]["series"]]
-            nodes[node] = {"state": state, "seen_ts": max(sampled, default=-1)}
-        self.restore(group, nodes)
-
 
 class NodeGpuHealth:
     """Per-GPU health in the pipeline's family loop, over the worker's one :class:`NodeHealth`.
@@ -287,27 +279,3 @@ class NodeGpuHealth:
     def load(self, group: str, snap: Mapping[str, Any]) -> None:
         if snap.get("nodes") is not None:
             self.health.restore(group, snap["nodes"])
-        elif snap.get("gpu_health") is not None:  # saved before per-node GPU health
-            self.health.restore_group_state(group, snap["gpu_health"])
-
-
-def split_by_node(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """A multi-node ``GpuHealthState.to_dict()`` → one such dict per node."""
-    out: dict[str, dict[str, Any]] = {}
-
-    def part(node: str) -> dict[str, Any]:
-        if node not in out:
-            gauge = {**data["gauge"], "series": []}
-            escalator = {**data["escalator"], "gpus": []}
-            out[node] = {"gauge": gauge, "escalator": escalator, "remap": {}, "firing": {}}
-        return out[node]
-
-    for row in data["gauge"].get("series", ()):
-        part(str(row["node"]))["gauge"]["series"].append(row)
-    for row in data["escalator"].get("gpus", ()):
-        part(str(row["node"]))["escalator"]["gpus"].append(row)
-    for key, tracker in data.get("remap", {}).items():
-        part(key.rpartition("/")[0])["remap"][key] = tracker
-    for key, firing in data.get("firing", {}).items():
-        part(str(firing["change"]["node"]))["firing"][key] = firing
-    return out

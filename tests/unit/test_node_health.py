@@ -7,13 +7,12 @@ import json
 
 import pytest
 
-from detectors.gpu_health import REMAP_ALERT, XID_ALERT, GpuHealthParams, GpuHealthState
+from detectors.gpu_health import REMAP_ALERT, XID_ALERT, GpuHealthParams
 from detectors.group import ScoringParams
 from detectors.xid.events import XidEvent
 from detectors.xid.kernel_log import parse_kernel_line
 from streams.catalog import DEFAULT_FEATURES, load_xid_catalog
 from streams.frames import Frame
-from streams.worker.node_health import split_by_node
 from streams.worker.pipeline import Pipeline, Scored
 
 B = 30_000
@@ -168,27 +167,6 @@ def test_restore_keeps_the_newest_copy_of_a_node(catalog) -> None:  # type: igno
     assert q.node_health.home("n05") == "cluster"
     out = bucket(q, 5, in_job(n05=healthy(**{"xid_last@1": 79.0})))
     assert xid_changes(out) == [("cluster", "n05", "firing", "1")]
-
-
-def test_a_snapshot_with_one_gpu_state_per_group_restores_per_node(catalog) -> None:  # type: ignore[no-untyped-def]
-    """Snapshots written before per-node state keep their XID history."""
-    from detectors.gpu_health import step_gpu_health
-
-    params = GpuHealthParams()
-    old = GpuHealthState.new(catalog, params)
-    frames = {n: healthy() for n in NODES}
-    step_gpu_health(old, "job-a", T0, frames, params)
-    frames["n01"] = healthy(**{"xid_last@0": 94.0})
-    step_gpu_health(old, "job-a", T0 + B, frames, params)
-    data = json.loads(json.dumps(old.to_dict()))
-    parts = split_by_node(data)
-    assert set(parts) == set(NODES)
-    assert list(parts["n01"]["firing"]) == [f"{XID_ALERT}/n01/0"]
-    p = pipeline(catalog)
-    p.restore("job-a", {"gpu_health": data})
-    out = bucket(p, 2, in_job(n06=healthy(**{"xid_last@1": 79.0})))
-    assert xid_changes(out) == [("cluster", "n06", "firing", "1")]
-    assert next(s.active for s in out["job-a"])[0].node == "n01"
 
 
 def test_a_log_xid_of_a_node_that_moved_is_judged_in_its_new_group(catalog) -> None:  # type: ignore[no-untyped-def]
