@@ -451,7 +451,7 @@ class FrameBuilder:
         # live series at each sweep, so a key frees when its last series expires
         self._group_features: dict[str, set[str]] = {}
         self._feature_keys: dict[tuple[_Slots, str | None], frozenset[str]] = {}
-        self._scrapes: dict[tuple[str, ...], ScrapeTarget] = {}
+        self._scrapes: dict[tuple[str, str, str], ScrapeTarget] = {}
         # id(labels) -> _Resolved; holds the dicts so their ids stay unique while memoised
         self._label_memo: dict[int, _Resolved] = {}
         self.label_memo_size = 1_000_000
@@ -512,9 +512,46 @@ class FrameBuilder:
         return sum(len(frames) for frames in self._open.values())
 
     @property
+    def open_buckets(self) -> tuple[int, int] | None:
+        """(oldest, newest) bucket holding an open frame; None when no frame is open.
+
+        A sample is filed by its scrape's round, which may be the bucket after the one its
+        timestamp falls in, and only ever into an open frame: right after an ``add`` the
+        newest open bucket bounds every bucket its samples went to, and once the oldest
+        open bucket is past that bound all of them have been handed out by a close
+        (``streams.ingest.wal`` retires its segments by this).
+        """
+        if not self._open:
+            return None
+        return min(self._open), max(self._open)
+
+    @property
     def kept_frames(self) -> int:
         """Closed frames whose sum / ratio contributions are kept for a late reopen."""
         return sum(len(frames) for frames in self._closed.values())
+
+    def scrape_phases(self) -> list[tuple[str, str, str, str, int]]:
+        """Every scrape target's learnt phase: (instance, job, HA replica, node, shift).
+
+        ``restore_scrape_phases`` in another builder makes it file a target's samples into
+        the rounds this one does, instead of learning the phase afresh from whichever
+        sample it sees first (a replay of the write-ahead log).
+        """
+        phases = []
+        for key, target in self._scrapes.items():
+            if target.shift is not None:
+                instance, job, replica = key
+                phases.append((instance, job, replica, target.node, target.shift))
+        return phases
+
+    def restore_scrape_phases(self, phases: Iterable[Sequence[str | int]]) -> None:
+        """Take the phases ``scrape_phases`` gave (of a killed process: before any ``add``).
+        A target that sends nothing is forgotten as any quiet target is."""
+        for instance, job, replica, node, shift in phases:
+            key = (str(instance), str(job), str(replica))
+            if key not in self._scrapes:
+                target = self._scrapes[key] = ScrapeTarget(str(node))
+                target.shift = int(shift)
 
     def node_of(self, labels: Mapping[str, str]) -> str | None:
         """The first node label present (``instance`` without its port), or None."""

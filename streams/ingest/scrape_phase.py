@@ -61,11 +61,13 @@ class ScrapePhases:
         self.low = self.half - self.relearn_ms
         self.high = self.half + self.relearn_ms
         self.relearned = 0
+        self.learned = 0  # phases taken (first samples and re-learnings): a change to keep
 
     def learn(self, target: ScrapeTarget, ts: int) -> int:
         """Take ``ts`` as the target's phase; returns the new shift."""
         shift = target.shift = self.half - ts % self.bucket_ms
         target.ok_ts = ts
+        self.learned += 1
         return shift
 
     def bucket(self, target: ScrapeTarget, ts: int) -> int:

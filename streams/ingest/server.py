@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -33,7 +35,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, generate_latest
 
 from streams.frames import Frame
-from streams.ingest.builder import AddStats, frame_builder_for
+from streams.ingest.builder import AddStats, FrameBuilder, frame_builder_for
 from streams.ingest.membership import MembershipFollower
 from streams.ingest.producer import FrameProducer
 from streams.ingest.remote_write import (
@@ -46,7 +48,6 @@ from streams.ingest.remote_write import (
 )
 from streams.ingest.request_timer import request_timer
 from streams.ingest.security import WriteAuth, server_ssl_context
-from streams.ingest.series import SampleBatch, Series
 from streams.ingest.wal import WriteAheadLog
 from streams.kafka.options import KafkaLoginError
 from streams.kafka.topics import ensure_topics
@@ -61,6 +62,9 @@ FLUSH_EVERY_S = 0.25
 RESTART_MIN_S = 0.5  # first restart of a failed background task; doubles up to RESTART_MAX_S
 RESTART_MAX_S = 30.0
 HEALTHY_AFTER_S = 60.0  # a task that ran this long before failing restarts at RESTART_MIN_S
+# the scrape phases go to the write-ahead log at most this often (a fleet's first minute
+# learns one per target; the log's segments wait for the phases that cover them)
+KEEP_PHASES_S = 10.0
 
 
 class Ingest:
@@ -91,6 +95,9 @@ class Ingest:
         self.down: dict[str, BaseException] = {}
         self.restart_min_s = RESTART_MIN_S
         self.wal = WriteAheadLog(settings.ingest_wal_dir) if settings.ingest_wal_dir else None
+        self.keep_phases_s = KEEP_PHASES_S
+        self._phases_kept = 0  # the builder's ``phases.learned`` when the log last kept them
+        self._phases_kept_at = -math.inf
         self.membership: MembershipFollower | None = None
         if settings.membership_file or settings.topic_jobs:
             self.membership = MembershipFollower(
@@ -192,35 +199,59 @@ class Ingest:
         whether they moved the watermark past an open bucket's end."""
         series = self.decoder.decode_batch(body)
         if self.wal is not None:
-            self.wal.append(body, _newest_ts(series))
+            self.wal.append(body)
         stats = self.builder.add_batch(series, now_s=time.time())
+        if self.wal is not None:
+            self.wal.filed(_newest_open_bucket(self.builder))
         return stats, self.builder.bucket_due
 
     def _replay(self) -> None:
-        """On the work thread, before serving: the bodies the write-ahead log holds."""
+        """On the work thread, before serving: the bodies the write-ahead log holds, filed
+        into the rounds the process that wrote them learnt (its kept scrape phases)."""
         assert self.wal is not None
+        kept = self.wal.kept_state()
+        if kept is not None:
+            try:
+                self.builder.restore_scrape_phases(json.loads(kept)["scrape_phases"])
+            except (ValueError, KeyError, TypeError) as exc:  # a damaged file: learn afresh
+                log.warning("wal_state_unreadable", path=self.wal.directory, error=exc)
         bodies = 0
         for index, body in self.wal.replay():
             try:
                 series = self.decoder.decode_batch(body)
             except RemoteWriteError:
                 continue  # a body is logged only once decoded: a damaged file
-            self.wal.replayed(index, _newest_ts(series))
             self.builder.add_batch(series, now_s=time.time())
+            self.wal.replayed(index, _newest_open_bucket(self.builder))
             bodies += 1
         log.info("wal_replayed", bodies=bodies, segments=self.wal.segments)
 
     def _checkpoint(self, roll: bool = False) -> None:
-        """On the work thread, after a flush: drop the log segments whose frames are out."""
-        if self.wal is not None:
-            self.wal.checkpoint(
-                self.builder.watermark_ms,
-                self.builder.bucket_ms,
-                self.builder.open_frames,
-                self.producer.sequence,
-                self.producer.left_queue,
-                roll=roll,
-            )
+        """On the work thread, after a flush: keep the scrape phases if they changed, drop the
+        log segments whose frames are out.
+
+        The log keeps the open buckets' bodies and those of the round before them: a
+        replay then sees each counter's previous sample, so the open buckets' rates come
+        out as they would have (the frames of that round go to Kafka twice; the worker
+        merges them).
+        """
+        if self.wal is None:
+            return
+        builder = self.builder
+        learned, now = builder.phases.learned, time.monotonic()
+        due = roll or now - self._phases_kept_at >= self.keep_phases_s
+        if learned != self._phases_kept and due:
+            state = {"scrape_phases": builder.scrape_phases()}
+            self.wal.keep_state(json.dumps(state, separators=(",", ":")).encode())
+            self._phases_kept, self._phases_kept_at = learned, now
+        span = builder.open_buckets
+        self.wal.checkpoint(
+            None if span is None else span[0] - builder.bucket_ms,
+            self.producer.sequence,
+            self.producer.left_queue,
+            roll=roll,
+            state_current=learned == self._phases_kept,
+        )
 
     def _close_due(self) -> list[Frame]:
         """On the work thread: the frames whose buckets are due."""
@@ -361,10 +392,11 @@ class Ingest:
         self._work.shutdown(wait=False, cancel_futures=True)
 
 
-def _newest_ts(series: SampleBatch | list[Series]) -> int | None:
-    if isinstance(series, SampleBatch):
-        return int(series.timestamps.max()) if len(series) else None
-    return max((ts for s in series for ts, _ in s.samples), default=None)
+def _newest_open_bucket(builder: FrameBuilder) -> int | None:
+    """The newest bucket the builder holds an open frame in (what a body just added may
+    have gone into: ``FrameBuilder.open_buckets``)."""
+    span = builder.open_buckets
+    return None if span is None else span[1]
 
 
 def build_ingest(settings: Settings) -> Ingest:

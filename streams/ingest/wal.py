@@ -8,12 +8,25 @@ fsynced before the reply; on start every segment on disk is replayed into the
 builder. Replayed samples may produce a frame twice; the worker merges frames
 idempotently, so a duplicate costs nothing while a loss would cost a bucket.
 
-Segments roll every ``roll_s``. A closed segment is deleted once every bucket
-its samples fell in has closed (its newest sample's bucket ended at or before
-the builder's watermark, or the builder holds no open frame) *and* the frames
-emitted by then have left the producer's queue (acknowledged or dropped). A
-torn record at the end of a segment (a kill mid-write) was never answered 204
-and is skipped.
+Segments roll every ``roll_s``. A closed segment is deleted once every frame
+its samples went into has been emitted *and* the frames emitted by then have
+left the producer's queue (acknowledged or dropped). Which bucket a sample went
+into is the builder's word, not its timestamp's: the builder files a sample by
+its scrape's round (``streams.ingest.scrape_phase``), and a scrape taken just
+before a bucket's end by a target whose round is the next bucket sits in that
+next bucket, still open when the timestamp's bucket has closed. So each segment
+keeps the builder's newest open bucket after each of its bodies was added (an
+upper bound of where they went: ``FrameBuilder.open_buckets``), and is done
+once the caller's ``keep_from`` bucket is past it (the ingest keeps the open
+buckets and the round before them: see ``streams.ingest.server``). A torn
+record at the end of a segment (a kill mid-write) was never answered 204 and
+is skipped.
+
+A replay must file each sample where the killed process did, so the log also
+keeps the caller's *state* beside the segments (``keep_state``: the ingest's
+learnt scrape phases), written atomically; a segment goes only once a state
+written after its bodies, or one still current (``checkpoint(state_current=)``),
+covers it.
 
 Used from the ingest's work thread only.
 """
@@ -39,8 +52,11 @@ _HEADER = struct.Struct("<II")  # body length, CRC-32 of the body
 @dataclass
 class _Segment:
     path: Path
-    newest_ts: int | None = None  # newest sample time (ms) of its bodies
-    emitted_at: int | None = None  # producer sequence once all its buckets closed
+    number: int
+    # the builder's newest open bucket after one of its bodies was added: none of its
+    # samples went into a later bucket (None: none went into any)
+    last_bucket: int | None = None
+    emitted_at: int | None = None  # producer sequence once all its frames were emitted
 
 
 class WriteAheadLog:
@@ -48,14 +64,37 @@ class WriteAheadLog:
         self.directory = directory
         self.roll_s = roll_s
         directory.mkdir(parents=True, exist_ok=True)
-        self._closed: list[_Segment] = [_Segment(p) for p in self._on_disk()]
-        self._next = 1 + max((int(s.path.stem) for s in self._closed), default=0)
+        self._closed: list[_Segment] = [_Segment(p, int(p.stem)) for p in self._on_disk()]
+        self._next = 1 + max((s.number for s in self._closed), default=0)
         self._current: _Segment | None = None
         self._file: BinaryIO | None = None
         self._opened_at = 0.0
+        self._state_covers = 0  # segments numbered up to this are covered by the kept state
 
     def _on_disk(self) -> list[Path]:
         return sorted(self.directory.glob("*.wal"), key=lambda p: int(p.stem))
+
+    @property
+    def _state_path(self) -> Path:
+        return self.directory / "state"
+
+    def kept_state(self) -> bytes | None:
+        """What ``keep_state`` wrote last (by this process or the one before), if anything."""
+        try:
+            return self._state_path.read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def keep_state(self, data: bytes) -> None:
+        """Write ``data`` beside the segments, whole or not at all (write, fsync, rename);
+        it covers every body appended so far."""
+        written = self._state_path.with_suffix(".tmp")
+        with open(written, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(written, self._state_path)
+        self._state_covers = self._next - 1
 
     @property
     def segments(self) -> int:
@@ -66,14 +105,17 @@ class WriteAheadLog:
         for i, segment in enumerate(self._closed):
             yield from ((i, body) for body in _records(segment.path))
 
-    def replayed(self, index: int, newest_ts: int | None) -> None:
-        """The newest sample time of replayed segment ``index``."""
-        self._closed[index].newest_ts = _newer(self._closed[index].newest_ts, newest_ts)
+    def replayed(self, index: int, newest_open_bucket: int | None) -> None:
+        """The builder's newest open bucket after a body of replayed segment ``index`` was
+        added again."""
+        segment = self._closed[index]
+        segment.last_bucket = _newer(segment.last_bucket, newest_open_bucket)
 
-    def append(self, body: bytes, newest_ts: int | None) -> None:
-        """Write ``body`` durably (fsync) into the current segment."""
+    def append(self, body: bytes) -> None:
+        """Write ``body`` durably (fsync) into the current segment; then add it to the
+        builder and say where it went (``filed``)."""
         if self._file is None:
-            self._current = _Segment(self.directory / f"{self._next:012d}.wal")
+            self._current = _Segment(self.directory / f"{self._next:012d}.wal", self._next)
             self._next += 1
             self._file = open(self._current.path, "ab")  # noqa: SIM115 (closed in roll)
             self._opened_at = time.monotonic()
@@ -81,23 +123,29 @@ class WriteAheadLog:
         self._file.write(_HEADER.pack(len(body), zlib.crc32(body)) + body)
         self._file.flush()
         os.fsync(self._file.fileno())
-        self._current.newest_ts = _newer(self._current.newest_ts, newest_ts)
+
+    def filed(self, newest_open_bucket: int | None) -> None:
+        """The builder's newest open bucket once the body just appended was added to it."""
+        assert self._current is not None
+        self._current.last_bucket = _newer(self._current.last_bucket, newest_open_bucket)
 
     def checkpoint(
         self,
-        watermark_ms: int | None,
-        bucket_ms: int,
-        open_frames: int,
+        keep_from: int | None,
         sequence: int,
         sent: int,
         *,
         roll: bool = False,
+        state_current: bool = True,
     ) -> int:
         """After a flush: roll an old segment, delete those whose frames are out; how many.
 
-        ``sequence``: frames handed to the producer so far; ``sent``: how many of them
-        have left its queue (in order: retries go back to its head). ``roll``: close the
-        current segment whatever its age (shutdown).
+        ``keep_from``: the oldest bucket still needed (None: none is), segments whose
+        samples all went into earlier buckets are done; ``sequence``: frames handed to
+        the producer so far, those of the flush included; ``sent``: how many of them have
+        left its queue (in order: retries go back to its head). ``roll``: close the
+        current segment whatever its age (shutdown). ``state_current``: the kept state
+        still holds (nothing changed since ``keep_state``).
         """
         age = time.monotonic() - self._opened_at
         if self._file is not None and (roll or age >= self.roll_s):
@@ -106,16 +154,20 @@ class WriteAheadLog:
             assert self._current is not None
             self._closed.append(self._current)
             self._current = None
+        if state_current:
+            self._state_covers = self._next - 1
         for segment in self._closed:
-            if segment.emitted_at is None and _all_closed(
-                segment.newest_ts, watermark_ms, bucket_ms, open_frames
-            ):
+            if segment.emitted_at is None and _all_emitted(segment, keep_from):
                 segment.emitted_at = sequence
         deleted = 0
-        while self._closed and (at := self._closed[0].emitted_at) is not None and sent >= at:
+        while self._closed and self._done(self._closed[0], sent):
             self._closed.pop(0).path.unlink(missing_ok=True)
             deleted += 1
         return deleted
+
+    def _done(self, segment: _Segment, sent: int) -> bool:
+        at = segment.emitted_at
+        return at is not None and sent >= at and segment.number <= self._state_covers
 
     def close(self) -> None:
         if self._file is not None:
@@ -123,12 +175,11 @@ class WriteAheadLog:
             self._file = None
 
 
-def _all_closed(
-    newest: int | None, watermark: int | None, bucket_ms: int, open_frames: int
-) -> bool:
-    if open_frames == 0 or newest is None:
-        return True
-    return watermark is not None and newest - newest % bucket_ms + bucket_ms <= watermark
+def _all_emitted(segment: _Segment, keep_from: int | None) -> bool:
+    """Whether ``segment`` holds nothing of the buckets from ``keep_from`` on (a later
+    sample reopening one of its buckets is another segment's)."""
+    last = segment.last_bucket
+    return last is None or keep_from is None or keep_from > last
 
 
 def _newer(a: int | None, b: int | None) -> int | None:

@@ -57,7 +57,7 @@ async def ship_xid_lines(lines: Iterable[str], settings: Settings, node: str, gr
             record = XidLine(group=group, node=node, ts=int(time.time() * 1000), line=line.rstrip())
             payload = record.dumps(serializer="json")
             if wal is not None:
-                wal.append(payload, None)
+                wal.append(payload)
             await _send(producer, settings.topic_xid, payload, group)
             if wal is not None:
                 _delivered(wal)
@@ -83,7 +83,7 @@ async def _send(producer: AIOKafkaProducer, topic: str, payload: bytes, group: s
 
 def _delivered(wal: WriteAheadLog) -> None:
     """Everything appended so far is acknowledged: delete it (no buckets to wait for here)."""
-    wal.checkpoint(None, 1, open_frames=0, sequence=0, sent=0, roll=True)
+    wal.checkpoint(None, sequence=0, sent=0, roll=True)
 
 
 def kernel_lines(stream: BinaryIO) -> Iterator[str]:
