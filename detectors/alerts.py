@@ -43,7 +43,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from detectors.checks import Checked, integer
+from detectors.checks import Checked, integer, rule
 from detectors.families import (
     GROUP_DEGRADED,
     NODE_COLLAPSE,
@@ -53,7 +53,7 @@ from detectors.families import (
     AlertFamily,
 )
 from detectors.lifecycle import Firing, clear, confirm, keep_identity, resolved
-from detectors.state_codec import NAN_AS_NULL, JsonState, check
+from detectors.state_codec import NAN_AS_NULL, JsonState
 from detectors.vocabulary import AlertChange, AlertKey, Signal, Status
 
 __all__ = [
@@ -121,8 +121,8 @@ class Observation:
 ABSENT = Observation("absent")
 
 
-def _known_alertname(name: str, where: str) -> None:
-    _family(name)  # a restored alert of a family since removed is refused, named
+def _known_alertname(name: str, alertname: str) -> None:
+    _family(alertname)  # a restored alert of a family since removed is refused, named
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ class AlertState(JsonState):
     ``score``/``signals``/``reason``: the strongest observation so far.
     """
 
-    alertname: str = field(metadata=check(_known_alertname))
+    alertname: str = field(metadata=rule(_known_alertname))
     node: str | None
     phase: Phase
     streak: int

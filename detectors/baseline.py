@@ -86,8 +86,18 @@ import numpy as np
 import numpy.typing as npt
 
 from detectors.arrays import BoolArray, FloatArray
-from detectors.checks import Checked, integer, is_int, is_real, real
-from detectors.state_codec import JsonState, check, ndarray
+from detectors.checks import (
+    Checked,
+    check_at_least,
+    checked,
+    int_rule,
+    integer,
+    is_int,
+    real,
+    real_rule,
+    rule,
+)
+from detectors.state_codec import JsonState, ndarray
 
 __all__ = ["BaselineParams", "NodeBaselines", "update_and_residuals"]
 
@@ -105,28 +115,13 @@ def _shape(data: Mapping[str, Any], where: str) -> tuple[int, int, int]:
     """regimes x nodes x features of a persisted state."""
     regimes: Any = data.get("regimes")
     nodes, features = data.get("nodes"), data.get("features")
-    if not is_int(regimes) or not 1 <= regimes <= 16:
-        raise ValueError(f"regimes must be an int in [1, 16], got {regimes!r}")
+    _REGIMES(f"{where}.regimes", regimes)
     if not (isinstance(nodes, list) and isinstance(features, list)):
         raise ValueError(f"malformed {where}: nodes and features must be lists")
     return (int(regimes), len(nodes), len(features))
 
 
-def _finite(a: FloatArray, where: str) -> None:
-    if not np.isfinite(a).all():
-        raise ValueError(f"{where} must be finite")
-
-
-def _finite_non_negative(a: FloatArray, where: str) -> None:
-    if not (np.isfinite(a).all() and (a >= 0).all()):
-        raise ValueError(f"{where} must be finite and >= 0")
-
-
-def _finite_or_nan(a: FloatArray, where: str) -> None:
-    if np.isinf(a).any():
-        raise ValueError(f"{where} must be finite or NaN")
-
-
+_REGIMES = int_rule(maximum=16)
 _FLOAT = ndarray("<f8", _shape)
 _COUNT = ndarray("<u2", _shape)
 
@@ -154,16 +149,13 @@ class BaselineParams(Checked):
     warmup_buckets: int = integer(60, maximum=_MAX_COUNT)
     spread_floor: float = real(1.0, above=0)
     huber_c: float = real(3.0, above=0)
-    freeze_z: float = 4.0
+    freeze_z: float = real(4.0, above=0)
     adopt_after: int = integer(2880, maximum=_MAX_COUNT)
-    regimes: int = integer(1, maximum=16)
+    regimes: int = checked(1, _REGIMES)  # the persisted state's regimes obey it too
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not (is_real(self.freeze_z) and self.freeze_z >= self.huber_c):
-            raise ValueError(
-                f"freeze_z must be finite and >= huber_c ({self.huber_c}), got {self.freeze_z!r}"
-            )
+        check_at_least(self, "freeze_z", "huber_c")
 
     @property
     def alpha(self) -> float:
@@ -208,11 +200,11 @@ class NodeBaselines(JsonState):
     features: tuple[str, ...] = ()
     nodes: tuple[str, ...] = ()
     mean: FloatArray = field(
-        default_factory=lambda: np.zeros((0, 0, 0)), metadata={**_FLOAT, **check(_finite)}
+        default_factory=lambda: np.zeros((0, 0, 0)), metadata=_FLOAT | rule(real_rule())
     )
     var: FloatArray = field(
         default_factory=lambda: np.zeros((0, 0, 0)),
-        metadata={**_FLOAT, **check(_finite_non_negative)},
+        metadata=_FLOAT | rule(real_rule(at_least=0)),
     )
     count: CountArray = field(
         default_factory=lambda: np.zeros((0, 0, 0), dtype=np.uint16), metadata=_COUNT
@@ -221,7 +213,7 @@ class NodeBaselines(JsonState):
         default_factory=lambda: np.zeros((0, 0, 0), dtype=np.uint16), metadata=_COUNT
     )
     candidate: FloatArray = field(
-        default_factory=lambda: np.zeros((0, 0, 0)), metadata={**_FLOAT, **check(_finite_or_nan)}
+        default_factory=lambda: np.zeros((0, 0, 0)), metadata=_FLOAT | rule(real_rule(nan=True))
     )
 
     VERSION = ("schema", STATE_SCHEMA)

@@ -106,7 +106,7 @@ class FusionParams(Checked):
     """
 
     z_evidence: float = real(4.0, above=0)
-    z_clip: float = 10.0
+    z_clip: float = real(10.0, above=0)
     top_k: int = integer(3)
     score_threshold: float = real(8.0, above=0)
     cluster_fraction: float = real(0.3, above=0, below=1)
@@ -114,7 +114,7 @@ class FusionParams(Checked):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not (math.isfinite(self.z_clip) and self.z_clip >= self.z_evidence):
+        if self.z_clip < self.z_evidence:
             raise ValueError(
                 f"z_clip must be finite and >= z_evidence ({self.z_evidence}), got {self.z_clip}"
             )

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from detectors.checks import Checked, part
+from detectors.checks import Checked, integer, part
 from detectors.families import REMAP_ALERT, XID_ALERT
 from detectors.features import DEFAULT_BUCKET_MS, per_gpu_key, split_per_gpu_key
 from detectors.lifecycle import Firing, expire, observe
@@ -53,17 +53,12 @@ _REMAP_KEYS = frozenset(_REMAP_FIELDS)
 
 @dataclass(frozen=True)
 class GpuHealthParams(Checked):
-    bucket_ms: int = DEFAULT_BUCKET_MS
-    xid_hold_buckets: int = 60  # an XID alert stays up 30 min unless another XID comes
-    resolve_after: int = 4
+    bucket_ms: int = integer(DEFAULT_BUCKET_MS)
+    xid_hold_buckets: int = integer(60)  # an XID alert stays up 30 min unless another XID comes
+    resolve_after: int = integer(4)
     gauge: XidGaugeParams = part(XidGaugeParams)
     escalation: EscalationParams = part(EscalationParams)
     remap: RemapParams = part(RemapParams)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.xid_hold_buckets < 1 or self.resolve_after < 1 or self.bucket_ms < 1:
-            raise ValueError("bucket_ms, xid_hold_buckets and resolve_after must be >= 1")
 
 
 @dataclass

@@ -52,15 +52,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 
 from detectors.arrays import BoolArray, FloatArray, IntArray
-from detectors.checks import Checked, integer, is_real, real
+from detectors.checks import Checked, checked, each, int_rule, integer, maybe, real, real_rule
+from detectors.errors import RulesError
 from detectors.fusion import Signal
-from detectors.state_codec import FINITE_NON_NEGATIVE, JsonState, check
+from detectors.state_codec import JsonState
 
 __all__ = ["GroupLevels", "GroupShift", "ShiftParams", "regime_check", "track_levels"]
 
@@ -75,32 +76,28 @@ class ShiftParams(Checked):
     """The guard's knobs (see :class:`detectors.group.ScoringParams`, which builds them)."""
 
     shift_threshold: float = real(0.35, above=0)
-    shift_release: float = 0.25
+    shift_release: float = real(0.25, above=0)
     shift_alpha: float = real(0.1, above=0, at_most=1)
     shift_warmup: int = integer(5)
     shift_adopt_after: int = integer(40)
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not (is_real(self.shift_release) and 0 < self.shift_release <= self.shift_threshold):
-            raise ValueError(
-                f"shift_release must be in (0, shift_threshold={self.shift_threshold}], "
+        if self.shift_release > self.shift_threshold:
+            raise RulesError(
+                f"shift_release must be <= shift_threshold ({self.shift_threshold}), "
                 f"got {self.shift_release!r}"
             )
 
 
-def _usable_levels(values: Sequence[float | None], where: str) -> None:
-    for x in values:
-        if x is not None and not (math.isfinite(x) and abs(x) <= _MAX_LEVEL):
-            raise ValueError(f"GroupLevels: level {x!r} is not a usable finite number")
-
-
-def _unique(names: Sequence[str], where: str) -> None:
+def _unique(name: str, names: Sequence[str]) -> None:
     if len(set(names)) != len(names):
-        raise ValueError("GroupLevels: duplicate feature names")
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise RulesError(f"{name} must name each feature once, got {', '.join(twice)} twice")
 
 
-_LEVELS = check(_usable_levels)
+_LEVELS = each(maybe(real_rule(at_least=-_MAX_LEVEL, at_most=_MAX_LEVEL)))  # usable levels
+_COUNTS = each(int_rule(minimum=0))
 
 
 @dataclass(frozen=True)
@@ -118,12 +115,12 @@ class GroupLevels(JsonState):
     shift was adopted); a median back near it ends a shift at once.
     """
 
-    features: tuple[str, ...] = field(default=(), metadata=check(_unique))
-    level: tuple[float, ...] = field(default=(), metadata=_LEVELS)
-    seen: tuple[int, ...] = field(default=(), metadata=FINITE_NON_NEGATIVE)
-    run: tuple[int, ...] = field(default=(), metadata=FINITE_NON_NEGATIVE)
-    candidate: tuple[float | None, ...] = field(default=(), metadata=_LEVELS)
-    home: tuple[float | None, ...] = field(default=(), metadata=_LEVELS)
+    features: tuple[str, ...] = checked((), _unique)
+    level: tuple[float, ...] = checked((), _LEVELS)
+    seen: tuple[int, ...] = checked((), _COUNTS)
+    run: tuple[int, ...] = checked((), _COUNTS)
+    candidate: tuple[float | None, ...] = checked((), _LEVELS)
+    home: tuple[float | None, ...] = checked((), _LEVELS)
 
     def __post_init__(self) -> None:
         n = len(self.features)

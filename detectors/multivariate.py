@@ -90,9 +90,10 @@ import numpy as np
 import numpy.typing as npt
 
 from detectors.arrays import BoolArray, FloatArray
-from detectors.checks import Checked, check_at_least, integer, is_int, real
+from detectors.checks import Checked, check_at_least, int_rule, integer, real, real_rule, rule
+from detectors.errors import RulesError
 from detectors.quantile import P2Quantile, from_river_state
-from detectors.state_codec import FINITE_NON_NEGATIVE, JsonState, check, hook, ndarray
+from detectors.state_codec import JsonState, hook, ndarray
 
 __all__ = ["Calibration", "GroupModel", "ModelState", "MultivariateParams"]
 
@@ -214,11 +215,16 @@ def _sketch_of(data: Any, where: str) -> P2Quantile:
     return sketch
 
 
+_COUNT = rule(int_rule(minimum=0))
+_FINITE = rule(real_rule())
+_PHASE = int_rule(minimum=0)
+
+
 @dataclass(frozen=True)
 class Calibration(JsonState):
     """One tail sketch and the values it has been fed."""
 
-    count: int = field(metadata=FINITE_NON_NEGATIVE)
+    count: int = field(metadata=_COUNT)
     sketch: P2Quantile = field(metadata=hook(P2Quantile.to_dict, _sketch_of))
 
 
@@ -238,14 +244,9 @@ def _n_features(data: Mapping[str, Any], where: str) -> int:
     return len(features)
 
 
-def _finite(a: FloatArray, where: str) -> None:
-    if not np.isfinite(a).all():
-        raise ValueError(f"{where} must be finite")
-
-
-def _one_or_two(value: tuple[Calibration, ...], where: str) -> None:
+def _one_or_two(name: str, value: tuple[Calibration, ...]) -> None:
     if not 1 <= len(value) <= 2:
-        raise ValueError(f"{where} must hold one or two sketches")
+        raise RulesError(f"{name} must hold one or two sketches, got {len(value)}")
 
 
 @dataclass(frozen=True)
@@ -253,12 +254,12 @@ class ModelState(JsonState):
     """A :class:`GroupModel`'s persisted state (its parameters come from the caller)."""
 
     features: tuple[str, ...]
-    bucket: int = field(metadata=FINITE_NON_NEGATIVE)
-    learned: int = field(metadata=FINITE_NON_NEGATIVE)
-    rows: int = field(metadata=FINITE_NON_NEGATIVE)
-    mean: FloatArray = field(metadata={**ndarray("<f8", _vector), **check(_finite)})
-    m2_upper: FloatArray = field(metadata={**ndarray("<f8", _triangle), **check(_finite)})
-    calibration: tuple[Calibration, ...] = field(metadata=check(_one_or_two))
+    bucket: int = field(metadata=_COUNT)
+    learned: int = field(metadata=_COUNT)
+    rows: int = field(metadata=_COUNT)
+    mean: FloatArray = field(metadata=ndarray("<f8", _vector) | _FINITE)
+    m2_upper: FloatArray = field(metadata=ndarray("<f8", _triangle) | _FINITE)
+    calibration: tuple[Calibration, ...] = field(metadata=rule(_one_or_two))
 
     VERSION = ("schema", STATE_SCHEMA)
     LABEL = "GroupModel"
@@ -294,8 +295,7 @@ class GroupModel:
             raise ValueError("a GroupModel needs at least one feature")
         if len(set(names)) != len(names):
             raise ValueError("features must be unique")
-        if not is_int(phase) or phase < 0:
-            raise ValueError(f"phase must be an int >= 0, got {phase!r}")
+        _PHASE("phase", phase)
         self.features = names
         self.params = params
         n = len(names)

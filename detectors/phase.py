@@ -33,8 +33,8 @@ from typing import Literal
 
 import numpy as np
 
-from detectors.checks import Checked, integer, is_real, real
-from detectors.state_codec import FINITE_NON_NEGATIVE, TRANSIENT, JsonState
+from detectors.checks import Checked, integer, is_finite, real, text
+from detectors.state_codec import TRANSIENT, JsonState
 
 __all__ = ["PHASES", "Phase", "PhaseName", "PhaseParams", "step_phase"]
 
@@ -78,15 +78,13 @@ class PhaseParams(Checked):
     share_floor: float = real(0.1, above=0, at_most=1)
     max_save_buckets: int = integer(20)
     max_load_buckets: int = integer(160)
-    write_feature: str = "nfs_write_bytes_rate"
-    read_feature: str = "nfs_read_bytes_rate"
-    gpu_feature: str = "gpu_util"
+    write_feature: str = text("nfs_write_bytes_rate")
+    read_feature: str = text("nfs_read_bytes_rate")
+    gpu_feature: str = text("gpu_util")
     steady: tuple[str, ...] = _STEADY
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not (self.write_feature and self.read_feature and self.gpu_feature):
-            raise ValueError("write_feature, read_feature and gpu_feature must name features")
         object.__setattr__(self, "steady", tuple(self.steady))
 
 
@@ -102,7 +100,7 @@ class Phase(JsonState):
     """
 
     name: PhaseName = "training"
-    run: int = field(default=0, metadata=FINITE_NON_NEGATIVE)
+    run: int = integer(0, minimum=0)
     # What the next bucket needs is name and run: the readings are this bucket's only.
     expected: bool = field(default=False, metadata=TRANSIENT)
     write_bytes_per_s: float | None = field(default=None, metadata=TRANSIENT)
@@ -172,7 +170,7 @@ def _burst(mean: float, rates: np.ndarray, per_node: float, params: PhaseParams)
 
 def _value(frame: Mapping[str, float] | None, feature: str) -> float:
     x = None if frame is None else frame.get(feature)
-    return float(x) if x is not None and is_real(x) else math.nan
+    return float(x) if x is not None and is_finite(x) else math.nan
 
 
 def _known(x: float) -> float | None:

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from detectors.arrays import FloatArray
-from detectors.checks import Checked, integer, real
+from detectors.checks import Checked, integer, real, text
 from detectors.peer import PeerStats, peer_zscores
 from detectors.state_codec import SORTED_KEYS, JsonState
 
@@ -60,15 +60,10 @@ class PopulationParams(Checked):
     or above it), ``release_buckets`` (idle buckets while the job runs on before a job node
     leaves it: 120 = 1 h), ``running_share`` (share of the job busy for "runs on")."""
 
-    activity_feature: str = "gpu_util"
+    activity_feature: str = text("gpu_util")
     busy_level: float = real(50.0, above=0)
     release_buckets: int = integer(120)
     running_share: float = real(0.5, above=0, at_most=1)
-
-    def __post_init__(self) -> None:
-        if not self.activity_feature:
-            raise ValueError("activity_feature must name a feature")
-        super().__post_init__()
 
 
 @dataclass(frozen=True)

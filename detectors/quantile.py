@@ -40,8 +40,9 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from detectors.checks import check_ints, check_reals
-from detectors.state_codec import NANS_AS_NULLS, JsonState, check
+from detectors.checks import check_fields, integer, is_finite, real, rule
+from detectors.errors import RulesError
+from detectors.state_codec import NANS_AS_NULLS, JsonState
 
 __all__ = ["P2Quantile", "QuantileSketch", "from_river_state"]
 
@@ -52,14 +53,14 @@ _NETWORK = ((0, 1), (3, 4), (0, 2), (1, 2), (0, 3), (2, 3), (1, 4), (1, 2), (3, 
 _RIVER_LAYOUT = struct.Struct("<21dB?")
 
 
-def _five(value: tuple[float, ...], where: str) -> None:
-    if len(value) != 5 or not all(math.isfinite(v) for v in value):
-        raise ValueError(f"{where} must hold five finite numbers")
+def _five(name: str, value: tuple[float, ...]) -> None:
+    if len(value) != 5 or not all(map(is_finite, value)):
+        raise RulesError(f"{name} must hold five finite numbers, got {value!r}")
 
 
-def _heights(value: tuple[float, ...], where: str) -> None:
+def _heights(name: str, value: tuple[float, ...]) -> None:
     if len(value) > 5:
-        raise ValueError(f"{where} holds at most five values")
+        raise RulesError(f"{name} must hold at most five values, got {len(value)}")
 
 
 def _increments(q: float) -> tuple[float, ...]:
@@ -80,16 +81,16 @@ class P2Quantile(JsonState):
     as they came until a sixth arrives, then sorted: ``ordered``).
     """
 
-    q: float = 0.5
-    desired: tuple[float, ...] = field(default=(), metadata=check(_five))
-    positions: tuple[float, ...] = field(default=(1.0, 2.0, 3.0, 4.0, 5.0), metadata=check(_five))
+    q: float = real(0.5, above=0, below=1)
+    desired: tuple[float, ...] = field(default=(), metadata=rule(_five))
+    positions: tuple[float, ...] = field(default=(1.0, 2.0, 3.0, 4.0, 5.0), metadata=rule(_five))
     # A NaN fed in (the model's score of a degenerate bucket) stays a NaN marker, as in
     # river's estimator; strict JSON writes it as null.
-    heights: tuple[float, ...] = field(default=(), metadata=check(_heights) | NANS_AS_NULLS)
+    heights: tuple[float, ...] = field(default=(), metadata=rule(_heights) | NANS_AS_NULLS)
     ordered: bool = False
 
     def __post_init__(self) -> None:
-        check_reals(self, "q", above=0, below=1)
+        check_fields(self, "q")
         if not self.desired:
             object.__setattr__(self, "desired", _start(self.q))
         if self.ordered and len(self.heights) != 5:
@@ -200,25 +201,24 @@ def from_river_state(raw: bytes) -> P2Quantile:
 # (only the far low tail, where a P5 never reaches in practice, loses accuracy).
 
 
-def _increasing_bins(bins: tuple[tuple[int, int], ...], where: str) -> None:
+def _increasing_bins(name: str, bins: tuple[tuple[int, int], ...]) -> None:
     if any(c < 1 for _, c in bins) or [k for k, _ in bins] != sorted({k for k, _ in bins}):
-        raise ValueError("QuantileSketch: bins must be strictly increasing with counts >= 1")
+        raise RulesError(f"{name} must be strictly increasing with counts >= 1")
 
 
 @dataclass(frozen=True)
 class QuantileSketch(JsonState):
     """Frozen sketch: ``add`` returns a new one. ``bins``: sorted (index, count) pairs."""
 
-    relative_accuracy: float = 0.005
-    max_bins: int = 2048
-    bins: tuple[tuple[int, int], ...] = field(default=(), metadata=check(_increasing_bins))
+    relative_accuracy: float = real(0.005, above=0, below=0.5)
+    max_bins: int = integer(2048, minimum=2)
+    bins: tuple[tuple[int, int], ...] = field(default=(), metadata=rule(_increasing_bins))
     count: int = 0
     low: float | None = None
     high: float | None = None
 
     def __post_init__(self) -> None:
-        check_reals(self, "relative_accuracy", above=0, below=0.5)
-        check_ints(self, "max_bins", minimum=2)
+        check_fields(self, "relative_accuracy", "max_bins")
         if sum(c for _, c in self.bins) != self.count:
             raise ValueError("bin counts do not add up to count")
 

@@ -101,7 +101,7 @@ import numpy as np
 import numpy.typing as npt
 
 from detectors.arrays import FloatArray
-from detectors.checks import Checked, is_int, real
+from detectors.checks import Checked, integer, is_finite, real
 from detectors.state_codec import JsonState, decode, from_data, hook, row_encoder
 from detectors.vocabulary import AlertSeverity
 
@@ -141,10 +141,6 @@ _ACTION: Mapping[Kind, Action] = {
 }
 
 
-def _finite(value: float) -> bool:
-    return isinstance(value, int | float | np.floating | np.integer) and math.isfinite(value)
-
-
 @dataclass(frozen=True)
 class RemapParams(Checked):
     """Knobs of one GPU's row-remap tracker (times in ms, rates in rows/day).
@@ -168,30 +164,24 @@ class RemapParams(Checked):
     after it was last seen (flags stand exactly while set).
     """
 
-    step_ms: int = HOUR_MS
-    window_ms: int = 14 * DAY_MS
-    recent_ms: int = 3 * DAY_MS
+    step_ms: int = integer(HOUR_MS)
+    window_ms: int = integer(14 * DAY_MS)
+    recent_ms: int = integer(3 * DAY_MS)
     min_coverage: float = real(0.5, above=0, at_most=1)
     min_rate_per_day: float = real(6.0, above=0)
-    min_rising_steps: int = 8
+    min_rising_steps: int = integer(8)
     accel_ratio: float = real(3.0, above=1)
     baseline_floor_per_day: float = real(1.0, above=0)
-    horizon_ms: int = 7 * DAY_MS
-    concerning_rows: int = 64
-    limit_rows: int = 512
-    hold_ms: int = DAY_MS
+    horizon_ms: int = integer(7 * DAY_MS, minimum=0)
+    concerning_rows: int = integer(64)
+    limit_rows: int = integer(512)
+    hold_ms: int = integer(DAY_MS, minimum=0)
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("step_ms", "window_ms", "recent_ms", "horizon_ms", "hold_ms",
-                     "concerning_rows", "limit_rows", "min_rising_steps"):  # fmt: skip
-            if not is_int(getattr(self, name)):
-                raise ValueError(f"{name} must be an int, got {getattr(self, name)!r}")
-        if self.step_ms < 1:
-            raise ValueError(f"step_ms must be >= 1, got {self.step_ms}")
         for name in ("window_ms", "recent_ms"):
             value = getattr(self, name)
-            if value <= 0 or value % self.step_ms:
+            if value % self.step_ms:
                 raise ValueError(
                     f"{name} must be a positive multiple of step_ms ({self.step_ms}), got {value}"
                 )
@@ -207,19 +197,15 @@ class RemapParams(Checked):
                 f"window_ms / step_ms must be <= {MAX_WINDOW_STEPS} (state size, O(n²) slope), "
                 f"got {self.window_ms // self.step_ms}"
             )
-        if not 1 <= self.min_rising_steps <= self.recent_steps:
+        if self.min_rising_steps > self.recent_steps:
             raise ValueError(
-                f"min_rising_steps must be in [1, recent steps = {self.recent_steps}], "
+                f"min_rising_steps must be <= recent steps ({self.recent_steps}), "
                 f"got {self.min_rising_steps}"
             )
-        if self.horizon_ms < 0 or self.hold_ms < 0:
+        if self.concerning_rows >= self.limit_rows:
             raise ValueError(
-                f"horizon_ms and hold_ms must be >= 0, got {self.horizon_ms}, {self.hold_ms}"
-            )
-        if not 0 < self.concerning_rows < self.limit_rows:
-            raise ValueError(
-                f"need 0 < concerning_rows < limit_rows, got {self.concerning_rows}, "
-                f"{self.limit_rows}"
+                f"concerning_rows must be < limit_rows ({self.limit_rows}), "
+                f"got {self.concerning_rows}"
             )
 
     @property
@@ -555,9 +541,9 @@ class RemapTracker:
         Any field may be None or NaN (skipped). A sample not newer than the
         last one changes nothing.
         """
-        # (an int is always finite: the type test first spares the usual case _finite's
-        # isinstance over four types)
-        finite = type(ts_ms) is int or _finite(ts_ms)
+        # (an int is always finite: the type test first spares the usual case is_finite's
+        # isinstance tests)
+        finite = type(ts_ms) is int or is_finite(ts_ms)
         if not finite or (self._last_ts is not None and ts_ms <= self._last_ts):
             return self.verdict
         ts = int(ts_ms)

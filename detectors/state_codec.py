@@ -6,11 +6,12 @@ rebuilds ``cls`` from that, converting each field by its annotation and raising
 ``RulesError`` (a ``ValueError``) naming the class and field on anything malformed. A field absent
 from ``data`` takes its default (states saved before the field existed restore).
 
-A field whose compact form differs (numpy arrays as base64, a value only
-finite, NaN as null) says so with ``field(metadata=hook(encode, decode))`` or
-``field(metadata=check(validate))``; one persisted under another name with
-``key(name)``, one left out while it holds nothing with ``omit(when)``
-(metadata combine with ``|``); the dataclass's own ``__post_init__`` still runs.
+A field whose compact form differs (numpy arrays as base64, NaN as null) says so with
+``field(metadata=hook(encode, decode))``; one persisted under another name with
+``key(name)``, one left out while it holds nothing with ``omit(when)``. A field's rule is
+the one :mod:`detectors.checks` declares with it (``real(0.0, at_least=0)``,
+``field(metadata=rule(each(real_rule())))``): run on the decoded value, naming the class
+and field (metadata combine with ``|``); the dataclass's own ``__post_init__`` still runs.
 A state class gets ``to_dict``/``from_dict`` by inheriting :class:`JsonState` (an
 output record only ``to_dict``, by :class:`JsonRecord`),
 whose class variables say what a format older than the dataclass needs: a version
@@ -46,12 +47,12 @@ from typing import Any, ClassVar, Literal, Self, TypeVar, Union
 
 import numpy as np
 
+from detectors.checks import is_finite, rule_of
 from detectors.errors import RulesError
 
 T = TypeVar("T")
 
 _HOOK = "state_codec"
-_CHECK = "state_codec_check"
 _TRANSIENT = "state_codec_transient"
 _KEY = "state_codec_key"
 _OMIT = "state_codec_omit"
@@ -135,30 +136,6 @@ OPTIONAL = omit(_is_none)
 """A key left out while its field is None (an optional part of a record)."""
 
 
-def check(validate: Callable[[Any, str], None]) -> dict[str, Any]:
-    """``field(metadata=check(f))``: after decoding, ``f(value, where)`` may raise ValueError.
-
-    For what only restored data can get wrong (the step functions keep it true), so
-    it is checked once on restore, not on every construction in ``__post_init__``.
-    """
-    return {_CHECK: validate}
-
-
-def _all_finite(value: Any, where: str) -> None:
-    if isinstance(value, float) and not math.isfinite(value):
-        raise RulesError(f"{where} must be finite, got {value!r}")
-    if isinstance(value, (tuple, list)):
-        for item in value:
-            _all_finite(item, where)
-
-
-def _all_finite_non_negative(value: Any, where: str) -> None:
-    _all_finite(value, where)
-    values = value if isinstance(value, (tuple, list)) else (value,)
-    if any(isinstance(v, (int, float)) and v < 0 for v in values):
-        raise RulesError(f"{where} must be >= 0, got {value!r}")
-
-
 def _sorted_mapping(value: Mapping[Any, Any]) -> dict[Any, Any]:
     return {k: to_data(v) for k, v in sorted(value.items())}
 
@@ -181,7 +158,7 @@ def pairs(key: type, value: type) -> dict[str, Any]:
 
 
 def _nan_as_null(x: float) -> float | None:
-    return float(x) if math.isfinite(x) else None
+    return float(x) if is_finite(x) else None
 
 
 def _null_as_nan(data: Any, where: str) -> float:
@@ -208,7 +185,7 @@ NANS_AS_NULLS = hook(_nans_as_nulls, _nulls_as_nans)
 
 def is_nan(x: float) -> bool:
     """For ``omit``: a float that is not finite (what :data:`NAN_AS_NULL` writes as null)."""
-    return not math.isfinite(x)
+    return not is_finite(x)
 
 
 def as_object(value: Any, encode_value: Callable[[Any], Any] | None = None) -> dict[str, Any]:
@@ -224,12 +201,6 @@ def as_object(value: Any, encode_value: Callable[[Any], Any] | None = None) -> d
         return tuple(sorted(decode(dict[str, value], data, where).items()))  # type: ignore[valid-type]
 
     return hook(encode, decode_object)
-
-
-FINITE = check(_all_finite)
-"""Every float in the field (also inside tuples) is finite."""
-FINITE_NON_NEGATIVE = check(_all_finite_non_negative)
-"""Every float in the field is finite and >= 0."""
 
 
 class JsonRecord:
@@ -488,9 +459,9 @@ def from_data(cls: type[T], data: Any, where: str | None = None) -> T:
             value = h.decode(raw, at)
         else:
             value = decode(hints[f.name], raw, at)
-        validate = f.metadata.get(_CHECK)
-        if validate is not None:
-            validate(value, at)
+        declared = rule_of(f)
+        if declared is not None:
+            declared(at, value)
         kwargs[f.name] = value
     try:
         state = cls(**kwargs)

@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from detectors.advisors.checkpoint_io import IoEvent
-from detectors.checks import Checked, integer, is_real, real
+from detectors.checks import Checked, checked, each, integer, real, real_rule
+from detectors.errors import RulesError
 from detectors.phase import PhaseName
-from detectors.state_codec import FINITE_NON_NEGATIVE, JsonState
+from detectors.state_codec import JsonState
 from detectors.vocabulary import Advice, Figure
 
 __all__ = [
@@ -75,7 +76,7 @@ class CheckpointIntervalParams(Checked):
     prior_mtbf_s: float = real(56.2 * 3600.0, above=0)
     prior_failures: float = real(1.0, above=0)
     off_factor: float = real(2.0, above=1)
-    hysteresis: float = 1.25
+    hysteresis: float = real(1.25, at_least=1)
     min_intervals: int = integer(3)
     recent: int = integer(16)
     same_failure_s: float = real(900.0, at_least=0)
@@ -83,8 +84,13 @@ class CheckpointIntervalParams(Checked):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not (is_real(self.hysteresis) and 1 <= self.hysteresis < self.off_factor):
-            raise ValueError(f"hysteresis must be in [1, off_factor), got {self.hysteresis!r}")
+        if self.hysteresis >= self.off_factor:
+            raise RulesError(
+                f"hysteresis must be < off_factor ({self.off_factor}), got {self.hysteresis!r}"
+            )
+
+
+_DURATIONS = each(real_rule(at_least=0))
 
 
 @dataclass(frozen=True)
@@ -92,12 +98,12 @@ class CheckpointIntervalState(JsonState):
     """``up_s``: time the job ran; ``running``: the previous bucket's phase, as a failure
     would end it (None before the first); ``verdict`` / ``said_ts``: the last advice."""
 
-    up_s: float = field(default=0.0, metadata=FINITE_NON_NEGATIVE)
+    up_s: float = real(0.0, at_least=0)
     failures: int = 0
     last_failure_ts: int | None = None
     previous: PhaseName | None = None
-    intervals: tuple[float, ...] = field(default=(), metadata=FINITE_NON_NEGATIVE)
-    deltas: tuple[float, ...] = field(default=(), metadata=FINITE_NON_NEGATIVE)
+    intervals: tuple[float, ...] = checked((), _DURATIONS)
+    deltas: tuple[float, ...] = checked((), _DURATIONS)
     verdict: Verdict = "ok"
     said_ts: int | None = None
 

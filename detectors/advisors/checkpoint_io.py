@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from detectors.checks import Checked, is_real, real
+from detectors.checks import Checked, is_finite, real
 from detectors.phase import Phase
 from detectors.state_codec import JsonState
 from detectors.vocabulary import Advice
@@ -277,7 +277,7 @@ def _node_mean_rpc(
     queues, responses = [], []
     for values in frames.values():
         q, r = values.get(queue_feature), values.get(response_feature)
-        if q is not None and r is not None and is_real(q) and is_real(r):
+        if q is not None and r is not None and is_finite(q) and is_finite(r):
             queues.append(float(q))
             responses.append(float(r))
     if not queues:

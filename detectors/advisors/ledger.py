@@ -28,12 +28,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from detectors.advisors.jobs import JobEvent
-from detectors.checks import Checked, integer, is_int, real
+from detectors.checks import Checked, checked, each, int_rule, integer, real
 from detectors.families import XID_ALERT
 from detectors.family import BucketEvidence, ClosedBucket, FamilyStep, GroupEnd, GroupFamily
 from detectors.state_codec import JsonState
 from detectors.vocabulary import Advice, AlertChange, Figure
-from detectors.xid.actions import action_rank, is_action
+from detectors.xid.actions import action_rank, action_rule, is_action
 
 __all__ = [
     "ADVISOR",
@@ -61,19 +61,12 @@ class LedgerParams(Checked):
     min_exclusions: int = integer(10)
     chronic_exclusions: int = integer(3)
     chronic_alerts: int = integer(10)
-    app_xids: tuple[int, ...] = (13, 31, 43, 45)
+    app_xids: tuple[int, ...] = checked((13, 31, 43, 45), each(int_rule(why="an XID")))
     peer_ratio: float = real(5.0, at_least=1)
     peer_floor: float = real(0.5, above=0)
     min_app_xids: int = integer(3)
     return_window_s: float = real(3600.0, above=0)
-    return_min_action: str = "RESTART_VM"
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if any(not is_int(x) or x < 1 for x in self.app_xids):
-            raise ValueError(f"app_xids must be XIDs (ints >= 1), got {self.app_xids!r}")
-        if not is_action(self.return_min_action):
-            raise ValueError(f"return_min_action: unknown action {self.return_min_action!r}")
+    return_min_action: str = checked("RESTART_VM", action_rule)
 
 
 @dataclass

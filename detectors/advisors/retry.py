@@ -25,10 +25,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from detectors.advisors.jobs import JobEvent
-from detectors.checks import Checked, integer, real
+from detectors.checks import Checked, checked, each, integer, real
+from detectors.errors import RulesError
 from detectors.state_codec import JsonState
 from detectors.vocabulary import Advice, Figure
-from detectors.xid.actions import is_action
+from detectors.xid.actions import action_rule
 from detectors.xid.catalog import XidCatalog
 
 __all__ = [
@@ -71,9 +72,9 @@ class RetryParams(Checked):
     # XIDs on the attempt's nodes this long before it failed
     xid_window_s: float = real(600.0, at_least=0)
     exclusion_s: float = real(86_400.0, at_least=0)  # an excluded node is out of the pool this long
-    retry_actions: tuple[str, ...] = ("IGNORE", "RESTART_APP")
-    reset_actions: tuple[str, ...] = ("RESET_GPU",)
-    stop_actions: tuple[str, ...] = ()
+    retry_actions: tuple[str, ...] = checked(("IGNORE", "RESTART_APP"), each(action_rule))
+    reset_actions: tuple[str, ...] = checked(("RESET_GPU",), each(action_rule))
+    stop_actions: tuple[str, ...] = checked((), each(action_rule))
     max_downtimes: int = integer(1000)  # downtimes kept for the medians
     # job names kept per group: the least recently heard of goes first
     max_chains: int = integer(10_000)
@@ -83,10 +84,8 @@ class RetryParams(Checked):
         seen: set[str] = set()
         for name in ("retry_actions", "reset_actions", "stop_actions"):
             for action in getattr(self, name):
-                if not is_action(action):
-                    raise ValueError(f"{name}: unknown action {action!r}")
                 if action in seen:
-                    raise ValueError(f"{name}: {action} is mapped to two steps")
+                    raise RulesError(f"{name}: {action} is mapped to two steps")
                 seen.add(action)
 
     def delay_s(self, failures: int) -> float:

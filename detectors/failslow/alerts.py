@@ -45,14 +45,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from detectors.checks import Checked, integer
+from detectors.checks import Checked, integer, rule
+from detectors.errors import RulesError
 from detectors.failslow.localise import Culprit, Localisation
 from detectors.failslow.mitigation import STAGES, Stage
 from detectors.failslow.monitor import FailSlowVerdict
 from detectors.families import FAIL_SLOW, JOB_SLOW
 from detectors.features import DEFAULT_BUCKET_MS
 from detectors.lifecycle import Firing, clear, observe, resolved
-from detectors.state_codec import SORTED_KEYS, JsonState, check
+from detectors.state_codec import SORTED_KEYS, JsonState
 from detectors.vocabulary import AlertChange, Signal
 
 __all__ = [
@@ -83,13 +84,15 @@ class FailSlowAlertParams(Checked):
     bucket_ms: int = integer(DEFAULT_BUCKET_MS)
 
 
-def _fail_slow_firing(firing: Mapping[str, Firing], where: str) -> None:
-    for f in firing.values():
+def _fail_slow_firing(name: str, firing: Mapping[str, Firing]) -> None:
+    for key, f in firing.items():
         if f.change.alertname not in (FAIL_SLOW, JOB_SLOW):
-            raise ValueError(f"not a fail-slow alert: {f.change.alertname!r}")
+            raise RulesError(f"{name}[{key!r}]: not a fail-slow alert: {f.change.alertname!r}")
         if f.change.action not in STAGE_ACTIONS.values():
             known = ", ".join(STAGE_ACTIONS.values())
-            raise ValueError(f"unknown stage action {f.change.action!r}; known: {known}")
+            raise RulesError(
+                f"{name}[{key!r}]: unknown stage action {f.change.action!r}; known: {known}"
+            )
 
 
 @dataclass(frozen=True)
@@ -97,7 +100,7 @@ class FailSlowAlertState(JsonState):
     """The firing alerts of one job, keyed by node ("" for the job alert)."""
 
     firing: Mapping[str, Firing] = field(
-        default_factory=dict, metadata={**SORTED_KEYS, **check(_fail_slow_firing)}
+        default_factory=dict, metadata=SORTED_KEYS | rule(_fail_slow_firing)
     )
 
     def active(self) -> tuple[AlertChange, ...]:

@@ -75,8 +75,8 @@ from typing import Literal
 import numpy as np
 
 from detectors.arrays import FloatArray
-from detectors.checks import Checked, integer, real
-from detectors.state_codec import FINITE, FINITE_NON_NEGATIVE, JsonState
+from detectors.checks import Checked, each, int_rule, integer, is_int, maybe, real, real_rule, rule
+from detectors.state_codec import JsonState
 
 __all__ = [
     "ChangePointParams",
@@ -149,14 +149,17 @@ class ChangePointParams(Checked):
         return self.min_shift * (1.0 - self.max_shortfall)
 
 
+_EXPECTED_DIP = int_rule(minimum=0, numpy=False)  # kept in the state: a JSON int
+
+
 @dataclass(frozen=True)
 class Episode(JsonState):
     """A confirmed drop: ``reference`` and ``noise`` are in log units (centred on the origin)."""
 
     since_bucket: int
     confirmed_bucket: int
-    reference: float = field(metadata=FINITE)
-    noise: float = field(metadata=FINITE)
+    reference: float = field(metadata=rule(real_rule()))
+    noise: float = field(metadata=rule(real_rule()))
 
 
 @dataclass(frozen=True)
@@ -177,14 +180,16 @@ class ChangePointState(JsonState):
     """
 
     last_bucket: int | None = None
-    origin: float | None = field(default=None, metadata=FINITE)
-    run_probs: tuple[float, ...] = field(default=(), metadata=FINITE_NON_NEGATIVE)
-    history: tuple[float, ...] = field(default=(), metadata=FINITE)
+    origin: float | None = field(default=None, metadata=rule(maybe(real_rule())))
+    run_probs: tuple[float, ...] = field(default=(), metadata=rule(each(real_rule(at_least=0))))
+    history: tuple[float, ...] = field(default=(), metadata=rule(each(real_rule())))
     history_buckets: tuple[int, ...] = ()
     history_dips: tuple[int, ...] = ()
     regime_start: int | None = None
     settled_since: int | None = None
-    baseline: tuple[float, float] | None = field(default=None, metadata=FINITE)
+    baseline: tuple[float, float] | None = field(
+        default=None, metadata=rule(maybe(each(real_rule())))
+    )
     episode: Episode | None = None
 
     def __post_init__(self) -> None:
@@ -235,13 +240,12 @@ def step_changepoint(
     open episode stays confirmed. ``expected_dip``: length in buckets of a
     periodic dip predicted to cover this bucket (0: none predicted).
     """
-    if isinstance(bucket, bool) or not isinstance(bucket, int | np.integer):
+    if not is_int(bucket):
         raise ValueError(f"bucket must be an int, got {bucket!r}")
     bucket = int(bucket)
     if state.last_bucket is not None and bucket <= state.last_bucket:
         raise ValueError(f"bucket {bucket} is not after the last one ({state.last_bucket})")
-    if isinstance(expected_dip, bool) or not isinstance(expected_dip, int) or expected_dip < 0:
-        raise ValueError(f"expected_dip must be an int >= 0, got {expected_dip!r}")
+    _EXPECTED_DIP("expected_dip", expected_dip)
 
     try:
         value = float(throughput)

@@ -40,13 +40,13 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from detectors.arrays import FloatArray
-from detectors.checks import Checked, integer, real
-from detectors.state_codec import JsonState, check
+from detectors.checks import Checked, checked, each, integer, is_int, real, real_rule
+from detectors.state_codec import JsonState
 
 __all__ = [
     "Cycle",
@@ -138,17 +138,12 @@ class Cycle(JsonState):
         return centre - half, centre + half + self.dip_buckets - 1
 
 
-def _positive_levels(window: tuple[float, ...], where: str) -> None:
-    if not all(math.isfinite(x) and x > 0 for x in window):
-        raise ValueError("CycleState: level_window holds a non-positive or non-finite value")
-
-
 @dataclass(frozen=True)
 class CycleState(JsonState):
     """Learner state of one job: level window, open dip run, recent events, fitted cycles."""
 
     last_bucket: int | None = None
-    level_window: tuple[float, ...] = field(default=(), metadata=check(_positive_levels))
+    level_window: tuple[float, ...] = checked((), each(real_rule(above=0)))
     dip_start: int | None = None
     events: tuple[DipEvent, ...] = ()
     cycles: tuple[Cycle, ...] = ()
@@ -162,7 +157,7 @@ def step_cycles(
     ``bucket`` must increase from call to call. A missing throughput (NaN,
     non-positive) only moves the clock; an open dip stays open.
     """
-    if isinstance(bucket, bool) or not isinstance(bucket, int | np.integer):
+    if not is_int(bucket):
         raise ValueError(f"bucket must be an int, got {bucket!r}")
     bucket = int(bucket)
     if state.last_bucket is not None and bucket <= state.last_bucket:

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Literal
 
-from detectors.checks import Checked, integer
+from detectors.checks import Checked, integer, text
 from detectors.failslow.localise import MASK_MAX, NodeMetrics, overflow_safe_median
 from detectors.features import per_gpu_key
 
@@ -84,15 +84,10 @@ class InputParams(Checked):
     report for the figure to count.
     """
 
-    tokens_feature: str = "tokens_per_s"
-    iteration_feature: str = "iteration_time_s"
+    tokens_feature: str = text("tokens_per_s")
+    iteration_feature: str = text("iteration_time_s")
     min_ranks: int = integer(1)
     gpus_per_node: int = integer(8)
-
-    def __post_init__(self) -> None:
-        if not self.tokens_feature or not self.iteration_feature:
-            raise ValueError("tokens_feature and iteration_feature must be named")
-        super().__post_init__()
 
 
 @dataclass(frozen=True)

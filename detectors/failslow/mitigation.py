@@ -39,9 +39,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from detectors.checks import Checked, check_reals, real
+from detectors.checks import Checked, check_fields, int_rule, part, real, real_rule, rule
 from detectors.features import DEFAULT_BUCKET_MS
-from detectors.state_codec import FINITE_NON_NEGATIVE, JsonState
+from detectors.state_codec import JsonState
 
 __all__ = [
     "STAGES",
@@ -72,14 +72,14 @@ class StageCost:
     ``speedup`` = inf means "back to the baseline" (a restart without the node).
     """
 
-    downtime_s: float
-    speedup: float
+    downtime_s: float = field(metadata=rule(real_rule(at_least=0)))
+    speedup: float = field(
+        metadata=rule(real_rule(at_least=1, inf=True, why="inf: back to baseline"))
+    )
     classes: frozenset[str] = _NODE_CLASSES
 
     def __post_init__(self) -> None:
-        check_reals(self, "downtime_s", at_least=0)
-        if math.isnan(self.speedup) or self.speedup < 1:
-            raise ValueError(f"speedup must be >= 1 (inf: back to baseline), got {self.speedup}")
+        check_fields(self)
         object.__setattr__(self, "classes", frozenset(self.classes))
 
 
@@ -92,10 +92,10 @@ class MitigationParams(Checked):
     """
 
     bucket_s: float = real(DEFAULT_BUCKET_MS / 1000, above=0)
-    rebalance: StageCost = field(
-        default_factory=lambda: StageCost(10.0, 1.59, frozenset({"compute", "cpu"}))
+    rebalance: StageCost = part(
+        StageCost, lambda: StageCost(10.0, 1.59, frozenset({"compute", "cpu"}))
     )
-    topology: StageCost = field(default_factory=lambda: StageCost(120.0, 1.23))
+    topology: StageCost = part(StageCost, lambda: StageCost(120.0, 1.23))
     checkpoint_save_s: float = real(30.0, at_least=0)
     restart_load_s: float = real(31.0 * 60.0, at_least=0)
     restart_classes: frozenset[str] = _NODE_CLASSES
@@ -132,7 +132,7 @@ class Advice(JsonState):
 class MitigationState(JsonState):
     """Open episode: loss so far (GPU-s), slow buckets counted, highest stage advised."""
 
-    loss_gpu_s: float = field(default=0.0, metadata=FINITE_NON_NEGATIVE)
+    loss_gpu_s: float = real(0.0, at_least=0)
     buckets: int = 0
     stage: Stage = "S1"
 
@@ -146,6 +146,9 @@ def recovered_fraction(throughput_fraction: float, speedup: float) -> float:
     if math.isinf(speedup):  # back to the baseline, even from a stall
         return 1.0
     return (min(1.0, q * speedup) - q) / (1.0 - q)
+
+
+_GPUS = int_rule(numpy=False)
 
 
 def step_mitigation(
@@ -163,8 +166,7 @@ def step_mitigation(
     the state resets). ``throughput_fraction``: throughput / baseline this
     bucket (NaN: unknown, no loss counted). ``klass``: the localisation class.
     """
-    if isinstance(n_gpus, bool) or not isinstance(n_gpus, int) or n_gpus < 1:
-        raise ValueError(f"n_gpus must be an int >= 1, got {n_gpus!r}")
+    _GPUS("n_gpus", n_gpus)
     if not slow:
         return MitigationState(), Advice("S1", "no slowdown", 0.0, 0.0)
     q = float(throughput_fraction)

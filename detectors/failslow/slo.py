@@ -38,12 +38,12 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from detectors.checks import Checked, integer, maybe_real, real
+from detectors.checks import Checked, int_rule, integer, maybe_real, real
 from detectors.failslow.localise import Localisation
 from detectors.failslow.mitigation import STAGES, Advice, Stage
 from detectors.features import DEFAULT_BUCKET_MS
 from detectors.quantile import QuantileSketch
-from detectors.state_codec import JsonState, check
+from detectors.state_codec import JsonState
 
 __all__ = ["Incident", "SloParams", "SloState", "SloSummary", "step_slo", "summarise"]
 
@@ -76,27 +76,19 @@ class Incident(JsonState):
     worst_fraction: float | None = None
 
 
-def _total(value: float, where: str) -> None:
-    if not (math.isfinite(value) and value >= 0):
-        raise ValueError("SloState: totals must be finite and >= 0")
-
-
-_TOTAL = check(_total)
-
-
 @dataclass(frozen=True)
 class SloState(JsonState):
     """Running totals of one job (seconds and GPU-seconds), the two sketches, the incidents."""
 
     last_bucket: int | None = None
-    allocated_gpu_s: float = field(default=0.0, metadata=_TOTAL)
-    judged_s: float = field(default=0.0, metadata=_TOTAL)
-    unjudged_s: float = field(default=0.0, metadata=_TOTAL)
-    below_s: float = field(default=0.0, metadata=_TOTAL)
-    below_in_dips_s: float = field(default=0.0, metadata=_TOTAL)
-    in_band_gpu_s: float = field(default=0.0, metadata=_TOTAL)
-    lost_gpu_s: float = field(default=0.0, metadata=_TOTAL)
-    waiting_gpu_s: float = field(default=0.0, metadata=_TOTAL)
+    allocated_gpu_s: float = real(0.0, at_least=0)
+    judged_s: float = real(0.0, at_least=0)
+    unjudged_s: float = real(0.0, at_least=0)
+    below_s: float = real(0.0, at_least=0)
+    below_in_dips_s: float = real(0.0, at_least=0)
+    in_band_gpu_s: float = real(0.0, at_least=0)
+    lost_gpu_s: float = real(0.0, at_least=0)
+    waiting_gpu_s: float = real(0.0, at_least=0)
     observed: QuantileSketch = field(default_factory=QuantileSketch)
     healthy: QuantileSketch = field(default_factory=QuantileSketch)
     incidents: tuple[Incident, ...] = ()
@@ -119,6 +111,9 @@ class SloSummary(JsonState):
     healthy_gpu_hours_waiting: float
     incidents: tuple[Incident, ...]
     incident_count: int
+
+
+_GPUS = int_rule(numpy=False)
 
 
 def step_slo(
@@ -146,8 +141,7 @@ def step_slo(
         raise ValueError(f"bucket must be an int, got {bucket!r}")
     if state.last_bucket is not None and bucket <= state.last_bucket:
         raise ValueError(f"bucket {bucket} is not after the last one ({state.last_bucket})")
-    if isinstance(n_gpus, bool) or not isinstance(n_gpus, int) or n_gpus < 1:
-        raise ValueError(f"n_gpus must be an int >= 1, got {n_gpus!r}")
+    _GPUS("n_gpus", n_gpus)
     dt = params.bucket_s
     value = float(throughput)
     present = math.isfinite(value) and value > 0

@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from detectors.errors import RulesError
 from detectors.vocabulary import SEVERITIES, Severity
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "SEVERITY_RANK",
     "Severity",
     "action_rank",
+    "action_rule",
     "is_action",
 ]
 
@@ -50,6 +52,14 @@ _WORKFLOW = re.compile(r"WORKFLOW_[A-Z0-9]+(?:_[A-Z0-9]+)*")
 def is_action(name: object) -> bool:
     """Whether ``name`` is a resolution bucket this module knows."""
     return isinstance(name, str) and (name in ACTIONS or _WORKFLOW.fullmatch(name) is not None)
+
+
+def action_rule(name: str, value: object) -> None:
+    """The rule (:mod:`detectors.checks`) of a field holding a resolution bucket."""
+    if not is_action(value):
+        raise RulesError(
+            f"{name} must be an action ({', '.join(ACTIONS)} or WORKFLOW_<NAME>), got {value!r}"
+        )
 
 
 def action_rank(action: str) -> int:

@@ -23,9 +23,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from detectors.checks import Checked, integer, is_int
-from detectors.state_codec import JsonState, check, pairs
-from detectors.xid.actions import RESET_CLASS, SEVERITY_RANK, Severity, action_rank, is_action
+from detectors.checks import Checked, checked, each, int_rule, integer, rule
+from detectors.state_codec import JsonState, pairs
+from detectors.xid.actions import RESET_CLASS, SEVERITY_RANK, Severity, action_rank, action_rule
 from detectors.xid.catalog import XidCatalog, XidEntry
 from detectors.xid.events import XidEvent
 
@@ -56,21 +56,17 @@ class EscalationParams(Checked):
 
     window_ms: int = integer(24 * HOUR_MS)
     incident_gap_ms: int = integer(5 * MINUTE_MS)
-    retry_backoff_ms: tuple[int, ...] = (10 * MINUTE_MS, 20 * MINUTE_MS, 40 * MINUTE_MS)
+    retry_backoff_ms: tuple[int, ...] = checked(
+        (10 * MINUTE_MS, 20 * MINUTE_MS, 40 * MINUTE_MS), each(int_rule(), non_empty=True)
+    )
     retry_streak_gap_ms: int = integer(2 * HOUR_MS)
-    repeated_reset_action: str = "CONTACT_SUPPORT"
+    repeated_reset_action: str = checked("CONTACT_SUPPORT", action_rule)
     max_xids_per_gpu: int = integer(32)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.incident_gap_ms >= self.window_ms:
             raise ValueError("incident_gap_ms must be shorter than window_ms")
-        if not isinstance(self.retry_backoff_ms, tuple) or not self.retry_backoff_ms:
-            raise ValueError("retry_backoff_ms must be a non-empty tuple of ms")
-        if not all(is_int(v) and v >= 1 for v in self.retry_backoff_ms):
-            raise ValueError(f"retry_backoff_ms must be ints >= 1, got {self.retry_backoff_ms!r}")
-        if not is_action(self.repeated_reset_action):
-            raise ValueError(f"unknown repeated_reset_action {self.repeated_reset_action!r}")
 
     @property
     def memory_ms(self) -> int:
@@ -78,11 +74,7 @@ class EscalationParams(Checked):
         return max(self.window_ms, self.retry_streak_gap_ms, self.incident_gap_ms)
 
 
-def _known_action(action: str, where: str) -> None:
-    action_rank(action)
-
-
-_ACTION = check(_known_action)
+_ACTION = rule(action_rule)
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Literal
+from dataclasses import dataclass, field, replace
+from typing import Literal, get_args
 
+from detectors.checks import check_fields, int_rule, one_of, rule
 from detectors.state_codec import JsonState
 
 __all__ = ["Source", "XidEvent"]
@@ -22,8 +23,8 @@ class XidEvent(JsonState):
     (or the PCI bus id when the index is not known).
     """
 
-    xid: int
-    source: Source
+    xid: int = field(metadata=rule(int_rule(numpy=False)))
+    source: Source = field(metadata=rule(one_of(*get_args(Source))))
     raw: str = ""
     node: str | None = None
     gpu: str | None = None
@@ -34,10 +35,7 @@ class XidEvent(JsonState):
     substatus: str | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.xid, bool) or not isinstance(self.xid, int) or self.xid < 1:
-            raise ValueError(f"an XID is an int >= 1, got {self.xid!r}")
-        if self.source not in ("log", "metric"):
-            raise ValueError(f"source must be 'log' or 'metric', got {self.source!r}")
+        check_fields(self)
 
     def with_origin(self, *, node: str, gpu: str, ts_ms: int) -> XidEvent:
         """The same event placed on a node, GPU and time."""

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from detectors.checks import Checked, flag
-from detectors.state_codec import JsonState, check, rows
+from detectors.checks import Checked, flag, int_rule, rule
+from detectors.state_codec import JsonState, rows
 from detectors.xid.events import XidEvent
 
 __all__ = ["XidGaugeParams", "XidGaugeTracker"]
@@ -120,18 +120,13 @@ class XidGaugeTracker:
         return tracker
 
 
-def _non_negative(value: int, where: str) -> None:
-    if value < 0:
-        raise ValueError(f"negative XID gauge value in state: {where} = {value}")
-
-
 @dataclass(frozen=True)
 class _Sample(JsonState):
     """One GPU's last gauge reading."""
 
     node: str
     gpu: str
-    value: int = field(metadata=check(_non_negative))
+    value: int = field(metadata=rule(int_rule(minimum=0)))
     ts_ms: int
 
 

@@ -13,16 +13,26 @@ from typing import Any, Literal
 import numpy as np
 import pytest
 
+from detectors.advisors.checkpoint_interval import CheckpointIntervalState
+from detectors.baseline import NodeBaselines
+from detectors.checks import real
+from detectors.failslow.changepoint import ChangePointState
+from detectors.failslow.cycles import CycleState
+from detectors.failslow.mitigation import MitigationState
+from detectors.failslow.slo import SloState
 from detectors.gpu_health import GpuHealthParams
+from detectors.group_shift import GroupLevels
 from detectors.multivariate import MultivariateParams
+from detectors.phase import Phase
+from detectors.quantile import P2Quantile, QuantileSketch
 from detectors.remap import RemapParams
 from detectors.state_codec import (
-    FINITE,
     NAN_AS_NULL,
     SORTED_KEYS,
     JsonRecord,
     JsonState,
     as_object,
+    encode_array,
     from_data,
     is_nan,
     key,
@@ -33,8 +43,9 @@ from detectors.state_codec import (
     rows,
     to_data,
 )
-from detectors.xid.escalation import EscalationParams
-from detectors.xid.gauge import XidGaugeParams
+from detectors.xid.escalation import EscalationParams, _GpuHistory
+from detectors.xid.events import XidEvent
+from detectors.xid.gauge import XidGaugeParams, _GaugeState
 from streams.catalog import load_xid_catalog
 from streams.settings import Settings
 from streams.worker.pipeline import Pipeline
@@ -81,7 +92,7 @@ def _without_lifecycle_bookkeeping(data: object) -> object:
 @dataclass(frozen=True)
 class Inner:
     at: int
-    level: float = field(default=0.0, metadata=FINITE)
+    level: float = real(0.0)  # the rule checks declares, run by the codec on restore
 
 
 @dataclass(frozen=True)
@@ -129,6 +140,114 @@ def test_missing_fields_take_their_defaults() -> None:
 def test_malformed_data_is_a_value_error_naming_the_field(data: object, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         from_data(Outer, data)
+
+
+def _baselines(**arrays: np.ndarray) -> dict[str, Any]:
+    """A one-cell NodeBaselines' data, with ``arrays`` encoded in place of its own."""
+    ok = NodeBaselines(("f",), ("n",), np.zeros((1, 1, 1)), np.zeros((1, 1, 1)),
+                       np.zeros((1, 1, 1), np.uint16), np.zeros((1, 1, 1), np.uint16),
+                       np.full((1, 1, 1), np.nan))  # fmt: skip
+    return {**ok.to_dict(), **{k: encode_array(a, "<f8") for k, a in arrays.items()}}
+
+
+_CHANGES = {"history_buckets": [1, 2], "history_dips": [0, 0]}
+_LEVELS = {"features": ["a"], "level": [1.0], "seen": [0], "run": [0], "candidate": [None],
+           "home": [None]}  # fmt: skip
+_P2 = P2Quantile().to_dict()
+_GPU = {"node": "n", "gpu": "0", "incident_start_ms": 0, "incident_last_ms": 0}
+
+
+@pytest.mark.parametrize(
+    ("cls", "data", "message"),
+    [
+        (SloState, {"judged_s": -1.0}, r"SloState.judged_s must be finite and >= 0, got -1.0$"),
+        (
+            ChangePointState,
+            {**_CHANGES, "history": [0.0, math.inf]},
+            r"ChangePointState.history\[1\] must be finite, got inf$",
+        ),
+        (
+            ChangePointState,
+            {**_CHANGES, "history": [0.0, 0.1], "run_probs": [-0.5]},
+            r"ChangePointState.run_probs\[0\] must be finite and >= 0, got -0.5$",
+        ),
+        (ChangePointState, {"origin": math.nan}, r"ChangePointState.origin must be finite"),
+        (ChangePointState, {"baseline": [0.0, math.nan]}, r"ChangePointState.baseline\[1\] must"),
+        (
+            CycleState,
+            {"level_window": [1.0, 0.0]},
+            r"CycleState.level_window\[1\] must be finite and > 0, got 0.0$",
+        ),
+        (GroupLevels, {**_LEVELS, "seen": [-1]}, r"GroupLevels.seen\[0\] must be an int >= 0"),
+        (
+            GroupLevels,
+            {**_LEVELS, "home": [1e301]},
+            r"GroupLevels.home\[0\] must be in \[-1e\+300, 1e\+300\], got 1e\+301$",
+        ),
+        (
+            GroupLevels,
+            {**_LEVELS, "features": ["a", "a"], "level": [1.0, 1.0]},
+            r"GroupLevels.features must name each feature once, got a twice$",
+        ),
+        (
+            MitigationState,
+            {"loss_gpu_s": -1},
+            r"MitigationState.loss_gpu_s must be finite and >= 0",
+        ),
+        (
+            CheckpointIntervalState,
+            {"intervals": [5.0, -1.0]},
+            r"CheckpointIntervalState.intervals\[1\] must be finite and >= 0, got -1.0$",
+        ),
+        (Phase, {"run": -1}, r"Phase.run must be an int >= 0, got -1$"),
+        (P2Quantile, {**_P2, "q": 1.5}, r"P2Quantile.q must be in \(0, 1\), got 1.5$"),
+        (P2Quantile, {**_P2, "desired": [1, 2, 3, 4]}, r"P2Quantile.desired must hold five fin"),
+        (P2Quantile, {**_P2, "heights": [1] * 6}, r"P2Quantile.heights must hold at most five"),
+        (
+            QuantileSketch,
+            {"bins": [[2, 1], [1, 1]], "count": 2},
+            r"QuantileSketch.bins must be strictly increasing with counts >= 1$",
+        ),
+        (QuantileSketch, {"max_bins": 1}, r"QuantileSketch.max_bins must be an int >= 2, got 1$"),
+        (XidEvent, {"xid": 0, "source": "log"}, r"XidEvent.xid must be an int >= 1, got 0$"),
+        (_GpuHistory, {**_GPU, "action": "REBOOT"}, r"_GpuHistory.action must be an action \("),
+        (
+            _GaugeState,
+            {"version": 1, "series": [{"node": "n", "gpu": "0", "value": -1, "ts_ms": 0}]},
+            r"_GaugeState.series\[0\].value must be an int >= 0, got -1$",
+        ),
+        (
+            NodeBaselines,
+            _baselines(var=np.array([-1.0])),
+            r"NodeBaselines.var must be finite and >= 0 in every entry, got -1.0$",
+        ),
+        (
+            NodeBaselines,
+            _baselines(candidate=np.array([math.inf])),
+            r"NodeBaselines.candidate must be finite or NaN in every entry, got inf$",
+        ),
+        (
+            NodeBaselines,
+            {**_baselines(), "regimes": 17},
+            r"NodeBaselines.regimes must be an int in \[1, 16\], got 17$",
+        ),
+    ],
+)
+def test_a_restored_state_breaking_a_declared_rule_is_refused_naming_the_field(
+    cls: type, data: dict[str, Any], message: str
+) -> None:
+    """The codec runs the rule the field declares (detectors.checks), after decoding it."""
+    with pytest.raises(ValueError, match=message):
+        from_data(cls, data)
+
+
+def test_the_codec_runs_the_rule_a_field_declares_whatever_its_class() -> None:
+    """One declaration: a parameter class checks it when built, the codec when restoring."""
+    assert from_data(Inner, {"at": 1, "level": 2.0}) == Inner(1, 2.0)
+    with pytest.raises(ValueError, match=r"^Inner.level must be finite, got nan$"):
+        from_data(Inner, {"at": 1, "level": math.nan})
+    with pytest.raises(ValueError, match=r"^GpuHealthParams.xid_hold_buckets must be an int >= 1"):
+        from_data(GpuHealthParams, {"xid_hold_buckets": 0})
 
 
 STATES = json.loads((SNAPSHOTS / "states.json").read_text())
