@@ -185,9 +185,9 @@ def integer(default: int, *, minimum: int = 1, maximum: int | None = None, why: 
     return checked(default, int_rule(minimum, maximum, why))
 
 
-def real(default: float, **bounds: Unpack[Bounds]) -> float:
-    """A finite number field (not a bool) within the given bounds."""
-    return checked(default, real_rule(**bounds))
+def real(default: float, why: str = "", **bounds: Unpack[Bounds]) -> float:
+    """A finite number field (not a bool) within the given bounds (``why``: their reason)."""
+    return checked(default, real_rule(**bounds, why=why))
 
 
 def maybe_real(default: float | None = None, **bounds: Unpack[Bounds]) -> float | None:

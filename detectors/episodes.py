@@ -31,10 +31,10 @@ that node is its consequence, not a false alert. The module docstring of
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
 
-from detectors.checks import Checked, integer
+from detectors.checks import Checked, check_fields, integer, one_of, rule
 
 __all__ = [
     "DAY_MS",
@@ -64,7 +64,7 @@ class AlertEvent:
 
     alertname: str
     node: str | None
-    status: Status
+    status: Status = field(metadata=rule(one_of(*get_args(Status))))
     bucket_ts: int
     gpu: str | None = None
     fault_class: str | None = None
@@ -72,8 +72,7 @@ class AlertEvent:
     group: str | None = None
 
     def __post_init__(self) -> None:
-        if self.status not in _STATUS_ORDER:
-            raise ValueError(f"unknown alert status {self.status!r}; known: firing, resolved")
+        check_fields(self)
 
     @classmethod
     def from_change(cls, change: Any) -> AlertEvent:

@@ -13,11 +13,22 @@ settings.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Literal, get_args
+
+from detectors.checks import (
+    check_fields,
+    each,
+    is_finite,
+    maybe_real,
+    one_of,
+    real,
+    rule,
+    text_rule,
+)
+from detectors.errors import RulesError
 
 DEFAULT_BUCKET_MS = 30_000
 """A feature is one number per node per bucket of this length (``bucket_s`` sets it)."""
@@ -51,35 +62,28 @@ class FeatureSpec:
     when another feature of the node deviates too: heat alone convicts nothing.
     """
 
-    name: str
-    metrics: tuple[str, ...]
-    kind: Kind
-    reduce: Reduce = "max"
-    direction: Direction = "both"
-    abs_floor: float = 1e-6
-    rel_floor: float = 0.01
+    name: str = field(metadata=rule(text_rule()))
+    metrics: tuple[str, ...] = field(metadata=rule(each(text_rule(), non_empty=True)))
+    kind: Kind = field(metadata=rule(one_of(*get_args(Kind))))
+    reduce: Reduce = field(default="max", metadata=rule(one_of(*get_args(Reduce))))
+    direction: Direction = field(default="both", metadata=rule(one_of(*get_args(Direction))))
+    abs_floor: float = real(1e-6, above=0, why="keeps z finite")
+    rel_floor: float = real(0.01, at_least=0)
     match: Mapping[str, str] = field(default_factory=dict)
     per: str | None = None
-    collapse_ratio: float | None = None
-    collapse_min_median: float = 0.0
+    collapse_ratio: float | None = maybe_real(None, above=0, below=1)
+    collapse_min_median: float = real(0.0)
     scored: bool = True
     per_gpu: bool = False
     klass: str | None = None
     corroborating: bool = False
 
     def __post_init__(self) -> None:
-        if not self.name or not self.metrics:
-            raise ValueError("a feature needs a name and at least one source metric")
-        if self.abs_floor <= 0:
-            raise ValueError(f"{self.name}: abs_floor must be > 0 (keeps z finite)")
-        if self.rel_floor < 0:
-            raise ValueError(f"{self.name}: rel_floor must be >= 0")
+        check_fields(self)  # a record with fields required: no Checked parameter class
         if self.per is not None and self.kind != "counter":
             raise ValueError(f"{self.name}: a per-request ratio needs counters")
         if self.per_gpu and self.scored:
             raise ValueError(f"{self.name}: per-GPU features are not peer-scored (scored=False)")
-        if self.collapse_ratio is not None and not 0 < self.collapse_ratio < 1:
-            raise ValueError(f"{self.name}: collapse_ratio must be in (0, 1)")
 
 
 _KINDS: tuple[str, ...] = get_args(Kind)
@@ -132,7 +136,10 @@ def _spec(table: object, index: int) -> FeatureSpec:
     if missing:
         raise ValueError(f"{where}: missing {', '.join(missing)}")
     kwargs = {key: _FIELDS[key](value, f"{where}: {key}") for key, value in table.items()}
-    return FeatureSpec(**kwargs)
+    try:
+        return FeatureSpec(**kwargs)
+    except RulesError as exc:  # a field's declared rule: name the feature, as above
+        raise RulesError(f"{where}: {exc}") from None
 
 
 def _text(value: object, where: str) -> str:
@@ -148,7 +155,7 @@ def _texts(value: object, where: str) -> tuple[str, ...]:
 
 
 def _number(value: object, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if not isinstance(value, int | float) or not is_finite(value):
         raise ValueError(f"{where} must be a finite number, got {value!r}")
     return float(value)
 

@@ -38,6 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from detectors.arrays import FloatArray, IntArray
+from detectors.checks import int_rule, real_rule
 
 __all__ = ["MAD_TO_SIGMA", "PeerStats", "peer_zscores"]
 
@@ -61,6 +62,11 @@ class PeerStats:
     present: IntArray
 
 
+_MIN_PEERS = int_rule()
+_ABS_FLOOR = real_rule(above=0, why="keeps z finite")  # per feature: each entry
+_REL_FLOOR = real_rule(at_least=0)
+
+
 def peer_zscores(
     matrix: npt.ArrayLike,
     abs_floor: npt.ArrayLike,
@@ -76,17 +82,12 @@ def peer_zscores(
     x = np.asarray(matrix, dtype=np.float64)
     if x.ndim != 2:
         raise ValueError(f"matrix must be 2-D (nodes x features), got shape {x.shape}")
-    if isinstance(min_peers, bool) or not isinstance(min_peers, int | np.integer):
-        raise ValueError(f"min_peers must be an int, got {min_peers!r}")
-    if min_peers < 1:
-        raise ValueError(f"min_peers must be >= 1, got {min_peers}")
+    _MIN_PEERS("min_peers", min_peers)
     n_features = x.shape[1]
     a_floor = _per_feature(abs_floor, n_features, "abs_floor")
     r_floor = _per_feature(rel_floor, n_features, "rel_floor")
-    if not (np.isfinite(a_floor).all() and (a_floor > 0).all()):
-        raise ValueError("abs_floor must be finite and > 0 for every feature (keeps z finite)")
-    if not (np.isfinite(r_floor).all() and (r_floor >= 0).all()):
-        raise ValueError("rel_floor must be finite and >= 0 for every feature")
+    _ABS_FLOOR("abs_floor", a_floor)
+    _REL_FLOOR("rel_floor", r_floor)
 
     finite = np.isfinite(x)
     if not finite.all():

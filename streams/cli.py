@@ -595,6 +595,29 @@ def prometheus_config(ctx: click.Context, url: str | None, **auth: str | None) -
     show_default=True,
     help="History fetched per request (memory holds one chunk).",
 )
+@click.option(
+    "--extra-label",
+    "extra_label",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Add a label the server does not store to every series read (repeatable), e.g. "
+    "Prometheus' external labels: --extra-label cluster=b200-a. A stored one wins.",
+)
+@click.option(
+    "--group-label",
+    "group_label",
+    multiple=True,
+    metavar="NAME",
+    help="The peer-group label, first present wins (repeatable; instead of the settings' "
+    "group_labels). The history is read one group at a time.",
+)
+@click.option(
+    "--node-label",
+    "node_label",
+    multiple=True,
+    metavar="NAME",
+    help="The node label, first present wins (repeatable; instead of node_labels).",
+)
 @click.pass_context
 def backtest(
     ctx: click.Context,
@@ -607,19 +630,28 @@ def backtest(
     job_events: Path | None,
     out: Path,
     chunk_hours: float,
+    extra_label: tuple[str, ...],
+    group_label: tuple[str, ...],
+    node_label: tuple[str, ...],
 ) -> None:
     """Replay history from VictoriaMetrics or Prometheus through the live pipeline (frame
     builder + worker pipeline, event time) and write report.html + report.json: alerts,
     lead time per known event, false alerts per day, fail-slow episodes, advice (with
-    --job-events, the retry advisor's too)."""
+    --job-events, the retry advisor's too). Exits 1 when nothing was scored, with the
+    frame builder's drops by reason."""
     import time
 
-    from streams.backtest.history import TimeRange, parse_time_ms
+    from streams.backtest.history import TimeRange, extra_labels, label_name, parse_time_ms
     from streams.backtest.job_events import load_job_events
-    from streams.backtest.run import backtest_to, open_source
+    from streams.backtest.run import backtest_to, drop_counts, open_source
     from streams.backtest.summary import load_events
 
-    settings = _settings(ctx)
+    extra = extra_labels(extra_label)
+    settings = _settings(
+        ctx,
+        group_labels=[label_name(g, "--group-label") for g in group_label] or None,
+        node_labels=[label_name(n, "--node-label") for n in node_label] or None,
+    )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per chunk otherwise
     now_ms = int(time.time() * 1000)
     try:
@@ -630,7 +662,7 @@ def backtest(
         jobs = load_job_events(job_events) if job_events is not None else []
         bucket = settings.bucket_ms
         chunk_ms = max(bucket, round(chunk_hours * 3_600_000) // bucket * bucket)
-        source = open_source(kind, url, selector, settings, chunk_ms)
+        source = open_source(kind, url, selector, settings, chunk_ms, extra)
         stats, result = backtest_to(out, source, time_range, settings, known, jobs)
     except OSError as exc:  # the events files, the output directory
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
@@ -642,3 +674,5 @@ def backtest(
         f"report: {out / 'report.html'}",
         err=True,
     )
+    if stats.dropped:
+        click.echo(f"samples the frame builder dropped: {drop_counts(stats.dropped)}", err=True)

@@ -27,11 +27,12 @@ from __future__ import annotations
 import csv
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from detectors.checks import check_fields, int_rule, maybe, rule, text_rule
 from detectors.errors import InputError
 from detectors.state_codec import JsonState
 
@@ -50,23 +51,19 @@ class EventsFileError(InputError):
 class KnownEvent(JsonState):
     """One known failure: when, on which node and/or group, of what kind."""
 
-    ts_ms: int
+    ts_ms: int = field(metadata=rule(int_rule(minimum=0, why="epoch ms", numpy=False)))
     node: str | None
     group: str | None
-    kind: str
-    end_ms: int | None = None  # when it was over (None: an instant, e.g. an XID)
+    kind: str = field(metadata=rule(text_rule("e.g. xid79, job_death")))
+    # when it was over (None: an instant, e.g. an XID)
+    end_ms: int | None = field(
+        default=None, metadata=rule(maybe(int_rule(minimum=0, why="epoch ms", numpy=False)))
+    )
 
     def __post_init__(self) -> None:
-        if isinstance(self.ts_ms, bool) or not isinstance(self.ts_ms, int) or self.ts_ms < 0:
-            raise ValueError(f"ts_ms must be an int >= 0 (epoch ms), got {self.ts_ms!r}")
-        if self.end_ms is not None and (
-            isinstance(self.end_ms, bool)
-            or not isinstance(self.end_ms, int)
-            or self.end_ms < self.ts_ms
-        ):
+        check_fields(self)
+        if self.end_ms is not None and self.end_ms < self.ts_ms:
             raise ValueError(f"end_ms must be an int >= ts_ms ({self.ts_ms}), got {self.end_ms!r}")
-        if not self.kind:
-            raise ValueError("kind must be non-empty (e.g. xid79, job_death)")
         if self.node is None and self.group is None:
             raise ValueError("an event names a node, a group or both")
 

@@ -8,8 +8,17 @@ Errors (each one line for the CLI, never with a secret in it)::
     ├── BadSelector       not a ``{label matchers}`` selector
     ├── SourceUnreachable no connection, or no answer within the timeout
     ├── SourceRejected    the server answered an error (HTTP status, or an error body)
-    │   └── SourceBusy    ... a 5xx: a chunk is retried on it, as on SourceUnreachable
-    └── NoSeries          the selector matches no series the catalog reads in the range
+    │   ├── SourceBusy    ... a 5xx: a chunk is retried on it, as on SourceUnreachable
+    │   └── SourceLimited ... a limit of the server's (too many series or samples): the
+    │                     request is asked again in halves, and names the flag if it still is
+    ├── NoSeries          the selector matches no series the catalog reads in the range
+    └── NothingScored     samples came, but none became a scored bucket (and why)
+
+Never one request over the whole fleet: ``ChunkedSource.split`` asks the server which
+catalog metrics and which values of the group labels the selector's series carry
+(``/api/v1/label/<name>/values``, the selector as ``match[]``) and reads each chunk as
+one request per group (and per metric for the series with no group label); a request
+the server refuses for a limit is asked again in halves by metric name.
 
 A chunk (an hour or two of history) is fetched at once and cut into rounds one
 bucket wide, in time order, so the builder sees time advance as it does live:
@@ -70,7 +79,15 @@ class SourceBusy(SourceRejected):
     pass
 
 
+class SourceLimited(SourceRejected):
+    """Refused for one of the server's size limits: a smaller request may pass."""
+
+
 class NoSeries(BacktestError):
+    pass
+
+
+class NothingScored(BacktestError):
     pass
 
 
@@ -143,6 +160,14 @@ class TimeRange:
 def series_selector(selector: str, metric_names: Iterable[str]) -> str:
     """The operator's ``{label matchers}`` narrowed to the metrics the catalog reads: one
     selector (``match[]`` entries are OR-ed, so the two cannot be separate ones)."""
+    names = sorted(set(metric_names))
+    if not names:
+        raise BadSelector("the feature catalog reads no metrics")
+    return selector_of(names, operator_matchers(selector))
+
+
+def operator_matchers(selector: str) -> str:
+    """The matchers inside the operator's ``{...}`` (``""`` for none), checked for braces."""
     inner = selector.strip()
     if inner:
         if not (inner.startswith("{") and inner.endswith("}")):
@@ -151,12 +176,152 @@ def series_selector(selector: str, metric_names: Iterable[str]) -> str:
                 '{job="dcgm"} or {cluster=~"b200-.*"}'
             )
         inner = inner[1:-1].strip().rstrip(",").strip()
-    names = sorted(set(metric_names))
-    if not names:
-        raise BadSelector("the feature catalog reads no metrics")
+    return inner
+
+
+def selector_of(names: Sequence[str], *matchers: str) -> str:
+    """``{__name__=~"a|b",m1,m2}``: ``names`` (none: no name matcher) and the matchers."""
     # catalog names are [a-zA-Z_:][a-zA-Z0-9_:]* (streams.deploy_config): nothing to escape
-    matchers = [f'__name__=~"{"|".join(names)}"', *([inner] if inner else [])]
-    return "{" + ",".join(matchers) + "}"
+    parts = [f'__name__=~"{"|".join(names)}"'] if names else []
+    return "{" + ",".join([*parts, *(m for m in matchers if m)]) + "}"
+
+
+def equals(label: str, value: str) -> str:
+    """The matcher ``label="value"``, the value quoted as PromQL and MetricsQL read it
+    (``""`` matches the series without the label)."""
+    return f"{label}={json.dumps(value, ensure_ascii=False)}"
+
+
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+def label_name(text: str, what: str = "label") -> str:
+    """``text`` if it is a label name Prometheus takes, else ``BadSelector``."""
+    if not _LABEL_NAME.fullmatch(text):
+        raise BadSelector(f"{what} {text!r} is not a label name ([a-zA-Z_][a-zA-Z0-9_]*)")
+    return text
+
+
+def extra_labels(pairs: Iterable[str]) -> dict[str, str]:
+    """``NAME=VALUE`` options (``--extra-label``) as a dict; the last of a name wins."""
+    found: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not value:
+            raise BadSelector(f"--extra-label {pair!r} must be NAME=VALUE, e.g. cluster=b200-a")
+        found[label_name(name.strip(), "--extra-label")] = value
+    return found
+
+
+# --- splitting the fleet ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Part:
+    """One request's share of the selector's series: the catalog metrics it names (none:
+    the selector as given) and the matchers the split adds (``cluster="b200-a"``, or
+    ``cluster=""`` for the series without the label)."""
+
+    names: tuple[str, ...] = ()
+    matchers: tuple[str, ...] = ()
+
+    def halves(self) -> tuple[Part, Part] | None:
+        """The part as two by metric name, or None when it names fewer than two."""
+        if len(self.names) < 2:
+            return None
+        mid = len(self.names) // 2
+        return Part(self.names[:mid], self.matchers), Part(self.names[mid:], self.matchers)
+
+    def __str__(self) -> str:
+        """``cluster="b200-a"``; with the metric when it names one (the report's split)."""
+        named = (equals(NAME, self.names[0]),) if len(self.names) == 1 else ()
+        return ",".join((*self.matchers, *named)) or "(all)"
+
+
+# (label, metric names, matchers) -> the label's values on those series, in the range
+LabelValues = Callable[[str, Sequence[str], Sequence[str]], list[str]]
+NAME = "__name__"
+
+
+def split_parts(
+    values_of: LabelValues, names: Sequence[str], split_labels: Sequence[str]
+) -> list[Part]:
+    """The requests that read every series of ``names`` (the catalog's metrics, under the
+    operator's selector that ``values_of`` adds): one per value of the first of
+    ``split_labels`` the series carry; the series without it split by the next label
+    the same way, and those with none of them one request per metric name. Empty when
+    nothing matches. Each part names only the metrics its series have."""
+    return _split(values_of, list(names), (), list(split_labels))
+
+
+def _split(
+    values_of: LabelValues, names: list[str], matchers: tuple[str, ...], labels: list[str]
+) -> list[Part]:
+    present = sorted(set(values_of(NAME, names, matchers)) & set(names)) if names else []
+    if names and not present:
+        return []
+    while labels:
+        label, labels = labels[0], labels[1:]
+        values = sorted(v for v in values_of(label, present, matchers) if v)
+        if values:
+            parts = [Part(tuple(present), (*matchers, equals(label, v))) for v in values]
+            return parts + _split(values_of, present, (*matchers, equals(label, "")), labels)
+    if not present:  # no metric names to split by (the selector as given)
+        return [Part((), matchers)]
+    return [Part((name,), matchers) for name in present]
+
+
+def in_halves(ask: Callable[[Part], list[Any]], part: Part) -> list[Any]:
+    """``ask(part)``; refused for a limit (``SourceLimited``), its two halves by metric
+    name in turn, and so on down to one metric, whose refusal is the error."""
+    try:
+        return ask(part)
+    except SourceLimited:
+        halves = part.halves()
+        if halves is None:
+            raise
+        first, second = halves
+        return in_halves(ask, first) + in_halves(ask, second)
+
+
+# --- what a refusal says -------------------------------------------------------------------------
+
+# the texts of a refusal for size (Debian's victoria-metrics 1.79.5: "the number of
+# matching timeseries exceeds 30000; either narrow down the search or increase
+# -search.max* command-line flag values"; Prometheus: "query processing would load too
+# many samples into memory in query execution")
+_LIMIT_SIGNS = ("matching timeseries exceeds", "-search.max", "too many samples")
+
+
+def is_limit(text: str) -> bool:
+    """Whether a refusal's text is one of a server's size limits."""
+    return any(sign in text for sign in _LIMIT_SIGNS)
+
+
+def limit_flag(what: str, path: str, text: str) -> str | None:
+    """The server flag that raises the limit a refusal of ``path`` hit, or None.
+
+    VictoriaMetrics names only ``-search.max*``; which one is per API (its ``-help``):
+    ``-search.maxSeries`` for ``/api/v1/series``, ``-search.maxExportSeries`` for
+    ``/api/v1/export``, ``-search.maxUniqueTimeseries`` for the label values and queries.
+    """
+    if what == "VictoriaMetrics":
+        if "maxQueryDuration" in text:
+            return "-search.maxQueryDuration"
+        if not is_limit(text):
+            return None
+        if path.startswith("/api/v1/series"):
+            return "-search.maxSeries"
+        if path.startswith("/api/v1/export"):
+            return "-search.maxExportSeries"
+        if "points" in text:
+            return "-search.maxPointsPerTimeseries"
+        return "-search.maxUniqueTimeseries"
+    if "too many samples" in text:
+        return "--query.max-samples"
+    if "timed out" in text:
+        return "--query.timeout"
+    return None
 
 
 # --- chunks to rounds ---------------------------------------------------------------------------
@@ -181,6 +346,10 @@ class LabelInterner:
 
     def __len__(self) -> int:
         return len(self._dicts)
+
+    def label_names(self) -> set[str]:
+        """Every label name of the series seen (those kept)."""
+        return {name for labels in self._dicts.values() for name in labels}
 
 
 def rounds_of(
@@ -211,19 +380,20 @@ def rounds_of(
 
 
 class HistorySource(Protocol):
-    """A history server read chunk by chunk: ``chunk`` parses ``[lo_ms, hi_ms)`` of the
-    selector's series; ``count_series`` says whether the selector matches any."""
+    """A history server read chunk by chunk: ``split`` plans the requests over the range
+    (none: the selector matches nothing), ``chunk`` parses ``[lo_ms, hi_ms)`` of the
+    selector's series."""
 
     what: str
     step_ms: int
     chunk_ms: int
 
-    def count_series(self, time_range: TimeRange) -> int: ...
+    def split(self, time_range: TimeRange) -> Sequence[Part]: ...
 
     def chunk(self, lo_ms: int, hi_ms: int) -> Iterable[ParsedSeries]: ...
 
 
-SERIES_PATH = "/api/v1/series"  # the same in Prometheus and VictoriaMetrics
+LABEL_VALUES_PATH = "/api/v1/label/{}/values"  # both servers; match[] from Prometheus 2.24
 
 
 def api_seconds(ms: int) -> str:
@@ -232,11 +402,15 @@ def api_seconds(ms: int) -> str:
 
 
 class ChunkedSource:
-    """What the two sources share: a client, a selector, the step and chunk sizes, and
-    the ``/api/v1/series`` check both servers answer alike."""
+    """What the two sources share: a client, the selector and its split into requests,
+    the step and chunk sizes, the labels the server does not store.
+
+    ``selector`` is the operator's; with ``names`` (the catalog's metrics) it is narrowed
+    to them, without it sent as it is. ``split_labels`` (the group labels) are what
+    ``split`` cuts the fleet by; ``extra_labels`` join every series read (its own label
+    of the name wins, as Prometheus' external labels do)."""
 
     what = "history"
-    max_steps: int | None = None  # steps per series one chunk may ask for (None: any)
 
     def __init__(
         self,
@@ -245,37 +419,80 @@ class ChunkedSource:
         step_ms: int,
         chunk_ms: int = 3_600_000,
         *,
-        asked: str | None = None,
+        names: Sequence[str] = (),
+        split_labels: Sequence[str] = (),
+        extra_labels: Mapping[str, str] | None = None,
     ) -> None:
         if step_ms <= 0 or chunk_ms < step_ms:
             raise ValueError("need 0 < step_ms <= chunk_ms")
-        if self.max_steps is not None and chunk_ms // step_ms > self.max_steps:
-            raise ValueError(
-                f"a chunk of more than {self.max_steps} steps is refused by {self.what}"
-            )
         self.client = client
-        self.selector = selector  # what is sent
-        self.asked = selector if asked is None else asked  # the operator's, for the report
+        self.asked = selector.strip()  # the operator's, for the report
+        self.names = tuple(sorted(set(names)))
+        self._inner = operator_matchers(selector)
+        self.selector = selector_of(self.names, self._inner) if self.names else self.asked
         self.step_ms = step_ms
         self.chunk_ms = chunk_ms
+        self.split_labels = tuple(split_labels)
+        self.extra_labels = dict(extra_labels or {})
+        # until ``split``: the selector whole, one request (as a test asks a chunk)
+        self.parts: list[Part] = [Part(self.names)]
 
-    def count_series(self, time_range: TimeRange) -> int:
-        """Series matching the selector in the range, at most ``limit`` where the server
-        knows the parameter (VictoriaMetrics; Prometheus from 2.49, older ones ignore it
-        and list all): whether there is any is all the run asks, and a 55-day listing
-        can pass VictoriaMetrics' ``-search.maxSeries`` (30,000) and be refused."""
+    def part_selector(self, part: Part) -> str:
+        """What one request sends: the operator's matchers, the part's names and matchers."""
+        if not part.names and not part.matchers:
+            return self.selector
+        if not self.names:  # not narrowed: the operator's selector plus the part's matchers
+            return selector_of((), self._inner, *part.matchers)
+        return selector_of(part.names, self._inner, *part.matchers)
+
+    def split(self, time_range: TimeRange) -> list[Part]:
+        """Plan the requests of every chunk (``split_parts``) from the label values over
+        ``time_range``: no request lists the whole fleet's series (VictoriaMetrics
+        refuses ``/api/v1/series`` past ``-search.maxSeries``, 30,000)."""
+
+        def values_of(label: str, names: Sequence[str], matchers: Sequence[str]) -> list[str]:
+            def ask(part: Part) -> list[str]:
+                return self.label_values(label, self.part_selector(part), time_range)
+
+            found = in_halves(ask, Part(tuple(names), tuple(matchers)))
+            return sorted(set(found))
+
+        parts = split_parts(values_of, self.names, self.split_labels)
+        if parts and not self.names:  # not narrowed (a test's source): does anything match?
+            parts = parts if self.label_values(NAME, self.selector, time_range) else []
+        self.parts = parts
+        return parts
+
+    def label_values(self, label: str, selector: str, time_range: TimeRange) -> list[str]:
+        """``/api/v1/label/<label>/values`` of ``selector``'s series in the range."""
         data = self.client.get_json(
-            SERIES_PATH,
+            LABEL_VALUES_PATH.format(label),
             {
-                "match[]": self.selector,
+                "match[]": selector,
                 "start": api_seconds(time_range.start_ms),
                 "end": api_seconds(time_range.end_ms - 1),
-                "limit": "1",
             },
         )
-        return len(data.get("data") or [])
+        return [str(v) for v in data.get("data") or []]
 
-    def chunk(self, lo_ms: int, hi_ms: int) -> Iterable[ParsedSeries]:
+    def chunk(self, lo_ms: int, hi_ms: int) -> Iterator[ParsedSeries]:
+        """``[lo_ms, hi_ms)`` of every part, a part the server refuses for a limit asked
+        again in halves (and so split for the chunks after), with the extra labels."""
+        extra = self.extra_labels
+        parts: list[Part] = []
+        for part in self.parts:
+
+            def ask(piece: Part) -> list[tuple[Part, list[ParsedSeries]]]:
+                return [(piece, list(self.fetch(self.part_selector(piece), lo_ms, hi_ms)))]
+
+            for piece, parsed in in_halves(ask, part):
+                parts.append(piece)
+                for labels, stamps, values in parsed:
+                    yield ({**extra, **labels} if extra else labels), stamps, values
+        self.parts = parts
+
+    def fetch(self, selector: str, lo_ms: int, hi_ms: int) -> Iterable[ParsedSeries]:
+        """``[lo_ms, hi_ms)`` of ``selector``'s series: one request (or a few)."""
         raise NotImplementedError
 
 
@@ -368,10 +585,13 @@ class HistoryClient:
             with self._client.stream("GET", path, params=params) as response:
                 if response.status_code >= 400:
                     body = response.read().decode("utf-8", "replace")
-                    error = SourceBusy if response.status_code >= 500 else SourceRejected
-                    raise error(
+                    raise refusal(
                         f"{self.what} at {self.base_url} answered HTTP {response.status_code} "
-                        f"to {path}: {_one_line(body)}"
+                        f"to {path}",
+                        self.what,
+                        path,
+                        _error_text(body),
+                        busy=response.status_code >= 500,
                     )
                 yield response
         except httpx.TransportError as exc:
@@ -391,18 +611,50 @@ class HistoryClient:
                 f"{self.what} at {self.base_url} sent no JSON for {path}: "
                 f"{_one_line(body.decode('utf-8', 'replace'))}"
             ) from None
-        raise_for_error_body(data, f"{self.what} at {self.base_url}", path)
+        raise_for_error_body(data, f"{self.what} at {self.base_url}", path, self.what)
         return data
 
 
-def raise_for_error_body(data: Any, who: str, path: str) -> None:
+def raise_for_error_body(data: Any, who: str, path: str, what: str = "Prometheus") -> None:
     """``{"status": "error", "errorType": ..., "error": ...}`` (the Prometheus API's error
     envelope, which VictoriaMetrics shares) as a ``SourceRejected``."""
     if isinstance(data, dict) and data.get("status") == "error":
         kind = data.get("errorType") or "error"
-        raise SourceRejected(f"{who} refused {path}: {kind}: {_one_line(str(data.get('error')))}")
+        raise refusal(f"{who} refused {path}", what, path, f"{kind}: {data.get('error')}")
 
 
-def _one_line(text: str, limit: int = 300) -> str:
+def refusal(head: str, what: str, path: str, text: str, busy: bool = False) -> SourceRejected:
+    """The error of a refusal, one line: ``head: <the server's reason, whole>``, and for a
+    size limit the flag that raises it. A limit is a ``SourceLimited`` (asked again
+    smaller), a 5xx a ``SourceBusy`` (asked again later)."""
+    reason = _one_line(text)
+    message = f"{head}: {reason}"
+    flag = limit_flag(what, path, reason)
+    if flag is not None:
+        message += f" -- raise the server's {flag} or narrow --selector"
+    if busy:
+        return SourceBusy(message)
+    return SourceLimited(message) if is_limit(reason) else SourceRejected(message)
+
+
+def _error_text(body: str) -> str:
+    """A refusal's body: the ``error`` of a JSON envelope, else the text as it is."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return body
+    if isinstance(data, dict) and "error" in data:
+        kind = data.get("errorType")
+        return f"{kind}: {data['error']}" if kind else str(data["error"])
+    return body
+
+
+def _one_line(text: str, limit: int = 4000) -> str:
+    """``text`` on one line, whole: the servers put the cause and the fix at the end, after
+    echoing the query (VictoriaMetrics: ~1,300 characters for the catalog's selector). Past
+    ``limit`` (a proxy's HTML page) its middle goes, never its end."""
     flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+    if len(flat) <= limit:
+        return flat
+    keep = (limit - 5) // 2
+    return f"{flat[:keep]} ... {flat[-keep:]}"

@@ -1,4 +1,5 @@
-"""Prometheus history: ``/api/v1/query_range`` of the selector, one chunk per query.
+"""Prometheus history: ``/api/v1/query_range`` of the selector, one query per part of the
+split (a group, or a metric of the series in none) and per 11,000 steps of a chunk.
 
 The answer is the API's envelope around a matrix, timestamps in (fractional)
 seconds and values as strings ("NaN", "+Inf" included)::
@@ -57,24 +58,38 @@ def parse_query_range(data: Any) -> Iterator[ParsedSeries]:
 
 
 class PrometheusSource(ChunkedSource):
-    """``selector``'s series from a Prometheus at ``client``, ``chunk_ms`` at a time."""
+    """``selector``'s series from a Prometheus at ``client``, ``chunk_ms`` at a time: one
+    range query per part of the split (``ChunkedSource.split``) and per 11,000 steps."""
 
     what = "Prometheus"
-    max_steps = MAX_POINTS
 
-    def chunk(self, lo_ms: int, hi_ms: int) -> Iterator[ParsedSeries]:
-        # the steps that close the chunk's buckets: lo + step .. hi (both ends inclusive)
+    def fetch(self, selector: str, lo_ms: int, hi_ms: int) -> Iterator[ParsedSeries]:
+        # the steps that close the chunk's buckets: lo + step .. hi (both ends inclusive),
+        # in queries of at most MAX_POINTS of them
         step = self.step_ms
-        last = lo_ms + -(-(hi_ms - lo_ms) // step) * step
-        data = self.client.get_json(
-            QUERY_RANGE_PATH,
-            {
-                "query": self.selector,
-                "start": api_seconds(lo_ms + step),
-                "end": api_seconds(last),
-                "step": f"{step / 1000:g}",
-            },
-        )
         back = step - step // 2  # into the bucket the step closes, clear of its edges
-        for labels, stamps, values in parse_query_range(data):
-            yield labels, [t - back for t in stamps], values
+        for first, last in query_steps(lo_ms, hi_ms, step, MAX_POINTS):
+            data = self.client.get_json(
+                QUERY_RANGE_PATH,
+                {
+                    "query": selector,
+                    "start": api_seconds(first),
+                    "end": api_seconds(last),
+                    "step": f"{step / 1000:g}",
+                },
+            )
+            for labels, stamps, values in parse_query_range(data):
+                yield labels, [t - back for t in stamps], values
+
+
+def query_steps(lo_ms: int, hi_ms: int, step_ms: int, max_points: int) -> Iterator[tuple[int, int]]:
+    """The (first, last) steps, both inclusive, of the queries that close the buckets of
+    ``[lo_ms, hi_ms)``: ``lo + step`` to the step at or after ``hi``, at most
+    ``max_points`` steps a query (Prometheus refuses more: "exceeded maximum resolution
+    of 11,000 points per timeseries")."""
+    first = lo_ms + step_ms
+    last = lo_ms + -(-(hi_ms - lo_ms) // step_ms) * step_ms
+    while first <= last:
+        end = min(last, first + (max_points - 1) * step_ms)
+        yield first, end
+        first = end + step_ms

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from streams.backtest.history import (
     HistorySource,
     LabelInterner,
     NoSeries,
+    NothingScored,
     Round,
     TimeRange,
     history_rounds,
@@ -38,6 +39,7 @@ from streams.backtest.summary import Accumulator, KnownEvent
 from streams.backtest.victoriametrics import VictoriaMetricsSource
 from streams.catalog import features_for
 from streams.deploy_config import catalog_metric_names
+from streams.ingest.builder import AddStats
 from streams.progress import progress
 from streams.settings import Settings
 from streams.worker.offline import score_rounds
@@ -48,7 +50,10 @@ from streams.worker.pipeline import Scored
 class BacktestStats:
     rounds: int = 0
     samples: int = 0  # handed to the frame builder (it may still drop some, e.g. as late)
+    accepted: int = 0  # ... the samples it took
+    dropped: dict[str, int] = field(default_factory=dict)  # ... and those it did not, by reason
     series: int = 0  # distinct label sets seen
+    requests: int = 0  # parts of the split: requests per chunk (more if one was halved)
     frames: int = 0
     buckets: int = 0  # scored group buckets
     changes: int = 0  # alert transitions
@@ -72,19 +77,28 @@ def run_backtest(
     ``on_advice``, the buckets' own advice rides on the ``Scored``.
 
     Raises ``NoSeries`` when the selector matches nothing there (asked first, so a
-    55-day run does not stream for nothing) or no sample arrived after all.
+    55-day run does not stream for nothing) or no sample arrived after all, and
+    ``NothingScored`` when samples came but no bucket was scored (the builder's drops
+    by reason, and what to change).
     """
     started = time.perf_counter()
-    if source.count_series(time_range) == 0:
+    parts = source.split(time_range)
+    if not parts:
         raise NoSeries(
             f"{source.what}: no series matches the selector in {time_range} "
             "(the selector is narrowed to the feature catalog's metrics)"
         )
-    stats = BacktestStats()
+    stats = BacktestStats(requests=len(parts))
     interner = LabelInterner()
     rounds = _counted(history_rounds(source, time_range, interner), stats, source, on_chunk)
     feed = JobEventFeed(job_events, time_range.end_ms, on_advice) if job_events else None
-    for frames, scored in score_rounds(rounds, settings, feed):
+
+    def added(result: AddStats) -> None:
+        stats.accepted += result.accepted
+        for reason, n in result.dropped.items():
+            stats.dropped[reason] = stats.dropped.get(reason, 0) + n
+
+    for frames, scored in score_rounds(rounds, settings, feed, on_added=added):
         stats.frames += len(frames)
         for item in scored:
             stats.buckets += item.ended is None
@@ -97,7 +111,66 @@ def run_backtest(
     stats.seconds = time.perf_counter() - started
     if stats.samples == 0:
         raise NoSeries(f"{source.what}: the selector's series have no samples in {time_range}")
+    if stats.buckets == 0:
+        raise NothingScored(nothing_scored(stats, settings, interner.label_names()))
     return stats
+
+
+# what to change, per drop reason of the frame builder's (streams.ingest.builder.DROP_REASONS)
+_DROP_FIXES = {
+    "late": "a bucket ended more than the builder's late horizon (10 min) before the newest "
+    "sample: series far out of step with the rest",
+    "future": "more than 5 min ahead of the round they came in",
+    "series_limit": "raise ingest_max_series_per_node",
+    "node_limit": "raise ingest_max_nodes",
+    "group_limit": "raise ingest_max_nodes_per_group",
+    "feature_limit": "raise ingest_max_features_per_group",
+    "unknown_metric": "no feature of the catalog takes these series (their labels fail its match)",
+}
+
+
+def drop_counts(dropped: dict[str, int]) -> str:
+    """``no_group 721,800, late 12``: the drops by reason, the most first."""
+    ranked = sorted(dropped.items(), key=lambda item: (-item[1], item[0]))
+    return ", ".join(f"{reason} {n:,}" for reason, n in ranked if n)
+
+
+def nothing_scored(stats: BacktestStats, settings: Settings, label_names: Iterable[str]) -> str:
+    """Why a run that read samples scored no bucket: the frame builder's drops by reason,
+    what each says about the series, and what to change (one line)."""
+    names = sorted(set(label_names) - {"__name__"})
+    carried = ", ".join(names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")
+    head = (
+        f"no bucket was scored: {stats.samples:,} samples of {stats.series:,} series read, "
+        f"{stats.accepted:,} taken by the frame builder"
+    )
+    held = stats.samples - stats.accepted - sum(stats.dropped.values())
+    if held > 0:  # e.g. the last round's, still waiting for their node's group
+        head += f", {held:,} still held when the history ended"
+    if not stats.dropped:
+        return (
+            f"{head}, {stats.frames:,} frames built; the range may be shorter than a bucket "
+            f"and its grace ({settings.bucket_ms // 1000} s + {settings.grace_s:g} s)"
+        )
+    why = [f"{head}; dropped: {drop_counts(stats.dropped)}"]
+    if stats.dropped.get("no_node"):
+        why.append(
+            f"no_node: no series carried a node label (node_labels="
+            f"[{', '.join(settings.node_labels)}]); the series carry {carried or 'none'}: "
+            "pass --node-label NAME"
+        )
+    if stats.dropped.get("no_group"):
+        why.append(
+            f"no_group: no series carried a group label (group_labels="
+            f"[{', '.join(settings.group_labels)}]); the series carry {carried or 'none'}: pass "
+            "--group-label NAME for one they carry, or --extra-label NAME=VALUE for one the "
+            "server does not store (Prometheus keeps no external labels: "
+            f"--extra-label {settings.group_labels[0]}=<your cluster>)"
+        )
+    why.extend(
+        f"{reason}: {fix}" for reason, fix in _DROP_FIXES.items() if stats.dropped.get(reason)
+    )
+    return "; ".join(why)
 
 
 def _counted(
@@ -121,9 +194,15 @@ def _counted(
 
 
 def open_source(
-    kind: str, url: str, selector: str, settings: Settings, chunk_ms: int
+    kind: str,
+    url: str,
+    selector: str,
+    settings: Settings,
+    chunk_ms: int,
+    extra: Mapping[str, str] | None = None,
 ) -> ChunkedSource:
-    """The history source ``kind`` names, reading only what the feature catalog needs."""
+    """The history source ``kind`` names, reading only what the feature catalog needs,
+    split by the group labels; ``extra`` labels join every series it reads."""
     sources: dict[str, type[ChunkedSource]] = {
         "victoriametrics": VictoriaMetricsSource,
         "prometheus": PrometheusSource,
@@ -137,10 +216,19 @@ def open_source(
         token=settings.backtest_bearer_token,
         timeout_s=settings.backtest_timeout_s,
     )
-    narrowed = series_selector(selector, catalog_metric_names(features_for(settings)))
+    names = catalog_metric_names(features_for(settings))
+    series_selector(selector, names)  # the selector's braces, a catalog with metrics
     try:
-        return source(client, narrowed, settings.bucket_ms, chunk_ms, asked=selector.strip())
-    except ValueError as exc:  # a chunk shorter than a bucket, or too many steps for one query
+        return source(
+            client,
+            selector,
+            settings.bucket_ms,
+            chunk_ms,
+            names=names,
+            split_labels=settings.group_labels,
+            extra_labels=extra,
+        )
+    except ValueError as exc:  # a chunk shorter than a bucket
         raise BadRange(str(exc)) from None
 
 
@@ -165,12 +253,15 @@ def backtest_to(
             job_events=job_events,
             on_advice=accumulator.add_advice,
         )
+    stats.requests = len(source.parts)  # as the last chunk was asked: halved parts too
     result = accumulator.result()
     result["run"] = {
         "source": source.what,
         "url": source.client.base_url,  # without userinfo
         "selector": source.asked or "{}",
         "query": source.selector,  # narrowed to the catalog's metrics
+        "split": [str(part) for part in source.parts],  # one request per chunk each
+        "extra_labels": source.extra_labels,
         "range": {"start_ms": time_range.start_ms, "end_ms": time_range.end_ms},
         **asdict(stats),
     }

@@ -5,7 +5,8 @@ Each line is one series' samples in the export's range::
     {"metric":{"__name__":"up","instance":"gpu001:9100"},"values":[1,1],"timestamps":[1759276802000,1759276832000]}
 
 (timestamps in ms, ascending). Lines are parsed as they arrive, so the body of a
-chunk is never held whole; ``/api/v1/series`` says first whether anything matches.
+chunk is never held whole. One export per part of the split (``ChunkedSource.split``:
+a group, or a metric of the series in none), each under ``-search.maxExportSeries``.
 """
 
 from __future__ import annotations
@@ -52,10 +53,10 @@ class VictoriaMetricsSource(ChunkedSource):
 
     what = "VictoriaMetrics"
 
-    def chunk(self, lo_ms: int, hi_ms: int) -> Iterator[ParsedSeries]:
+    def fetch(self, selector: str, lo_ms: int, hi_ms: int) -> Iterator[ParsedSeries]:
         # start and end are both inclusive: end 1 ms short of the next chunk's start
         params = {
-            "match[]": self.selector,
+            "match[]": selector,
             "start": api_seconds(lo_ms),
             "end": api_seconds(hi_ms - 1),
         }

@@ -756,8 +756,11 @@ class VictoriaMetrics(_PrometheusServer):
     startup_timeout = 30.0
     stop_timeout = 15.0
 
-    def __init__(self, workdir: str | os.PathLike[str], port: int | None = None) -> None:
+    def __init__(
+        self, workdir: str | os.PathLike[str], port: int | None = None, flags: Sequence[str] = ()
+    ) -> None:
         super().__init__(workdir, port, "victoria-metrics.log")
+        self.flags = tuple(flags)  # more command-line flags, e.g. "-search.maxExportSeries=100"
 
     def _prepare(self) -> None:
         self.binary = _debian_binary(
@@ -772,6 +775,7 @@ class VictoriaMetrics(_PrometheusServer):
             f"-storageDataPath={self.workdir / 'data'}",
             f"-httpListenAddr={LOOPBACK}:{self.port}",
             "-retentionPeriod=100y",
+            *self.flags,
         ]
 
     def _is_ready(self) -> bool:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from detectors.vocabulary import AlertChange
 from streams.frames import Frame
 from streams.gc_pause import gc_paused
-from streams.ingest.builder import FrameBuilder, frame_builder_for
+from streams.ingest.builder import AddStats, FrameBuilder, frame_builder_for
 from streams.ingest.series import SampleBatch, Series
 from streams.settings import Settings
 from streams.worker.pipeline import Pipeline, Scored
@@ -38,6 +38,7 @@ def score_rounds(
     rounds: Iterable[tuple[int, list[Series] | SampleBatch]],
     settings: Settings,
     before_round: Callable[[Pipeline, int | None], None] | None = None,
+    on_added: Callable[[AddStats], None] | None = None,
 ) -> Iterator[tuple[list[Frame], list[Scored]]]:
     """For every scrape round: the frames it closed and the buckets they completed.
 
@@ -48,7 +49,8 @@ def score_rounds(
     ``before_round(pipeline, t_ms)``, if given, runs before each round's samples go in
     (everything of earlier rounds is scored by then), and once more with ``None``
     after the last flush: the moment to hand the pipeline inputs that are not samples
-    (e.g. job events), in event time.
+    (e.g. job events), in event time. ``on_added``, if given, gets what the builder did
+    with each round's samples (accepted, dropped by reason).
     """
     builder, pipeline = build_pair(settings)
     now_s = 0.0
@@ -69,7 +71,9 @@ def score_rounds(
             if before_round is not None:
                 before_round(pipeline, t_ms)
             now_s = t_ms / 1000.0
-            builder.add_batch(series, now_s=now_s)
+            added = builder.add_batch(series, now_s=now_s)
+            if on_added is not None:
+                on_added(added)
             del item, series
         frames = builder.close_due_by_watermark(now_s=now_s, idle_s=settings.ingest_idle_flush_s)
         yield frames, _feed(pipeline, frames, now_s)

@@ -24,7 +24,12 @@ from streams.backtest.history import (
     rounds_of,
     series_selector,
 )
-from streams.backtest.prometheus import PrometheusSource, parse_query_range
+from streams.backtest.prometheus import (
+    MAX_POINTS,
+    PrometheusSource,
+    parse_query_range,
+    query_steps,
+)
 from streams.backtest.victoriametrics import VictoriaMetricsSource, parse_export_lines
 
 T0 = 1759276800000  # 2025-10-01T00:00:00Z
@@ -264,21 +269,36 @@ def test_prometheus_source_puts_each_step_into_the_bucket_it_closes() -> None:
     ]
 
 
-def test_prometheus_chunk_past_its_point_limit_is_refused() -> None:
-    with pytest.raises(ValueError, match="11000"):
-        PrometheusSource(_Server(_vm_export).client("Prometheus"), "{}", 1_000, 12_000_000)
+def test_a_prometheus_chunk_past_its_point_limit_is_asked_in_pieces_of_11000_steps() -> None:
+    assert list(query_steps(T0, T0 + 120_000, 30_000, MAX_POINTS)) == [(T0 + 30_000, T0 + 120_000)]
+    assert list(query_steps(T0, T0 + 100_000, 30_000, 2)) == [
+        (T0 + 30_000, T0 + 60_000),
+        (T0 + 90_000, T0 + 120_000),  # the step that closes the last, partial bucket
+    ]
+    pieces = list(query_steps(T0, T0 + 12_000_000, 1_000, MAX_POINTS))
+    assert pieces == [(T0 + 1_000, T0 + 11_000_000), (T0 + 11_001_000, T0 + 12_000_000)]
+    server = _Server(lambda r: httpx.Response(200, json=_matrix([])))
+    source = PrometheusSource(server.client("Prometheus"), "{}", 1_000, 12_000_000)
+    assert list(source.chunk(T0, T0 + 12_000_000)) == []
+    asked = [(r.url.params["start"], r.url.params["end"]) for r in server.requests]
+    assert asked == [("1759276801.000", "1759287800.000"), ("1759287801.000", "1759288800.000")]
 
 
-def test_series_check_counts_what_matches() -> None:
+def _matrix(result: list) -> dict:
+    return {"status": "success", "data": {"resultType": "matrix", "result": result}}
+
+
+def test_the_split_asks_label_values_and_nothing_matching_is_no_part() -> None:
     def answer(request: httpx.Request) -> httpx.Response:
-        assert request.url.path == "/api/v1/series" and request.url.params["limit"] == "1"
-        data = [{"__name__": "a"}] if '"a"' in request.url.params["match[]"] else []
+        assert request.url.path == "/api/v1/label/__name__/values"
+        data = ["a"] if '"a"' in request.url.params["match[]"] else []
         return httpx.Response(200, json={"status": "success", "data": data})
 
     server = _Server(answer)
-    for selector, count in (('{__name__=~"a"}', 1), ('{__name__=~"z"}', 0)):
+    for selector, parts in (('{__name__=~"a"}', 1), ('{__name__=~"z"}', 0)):
         source = VictoriaMetricsSource(server.client("VictoriaMetrics"), selector, 30_000)
-        assert source.count_series(TimeRange(T0, T0 + 30_000)) == count
+        assert len(source.split(TimeRange(T0, T0 + 30_000))) == parts
+    assert {r.url.params["end"] for r in server.requests} == {"1759276829.999"}
 
 
 def test_http_error_is_one_line_with_the_server_text() -> None:
@@ -298,7 +318,7 @@ def test_unreachable_server_is_named_without_credentials() -> None:
     client = HistoryClient("http://user:pw-9f3@127.0.0.1:1", "Prometheus", timeout_s=2)
     source = PrometheusSource(client, "{}", 30_000)
     with pytest.raises(SourceUnreachable) as caught:
-        source.count_series(TimeRange(T0, T0 + 30_000))
+        source.split(TimeRange(T0, T0 + 30_000))
     assert "Prometheus at http://127.0.0.1:1 is unreachable (ConnectError" in str(caught.value)
     assert "pw-9f3" not in str(caught.value)
 
@@ -306,7 +326,7 @@ def test_unreachable_server_is_named_without_credentials() -> None:
 def test_bearer_token_is_sent_per_request_and_never_shown() -> None:
     server = _Server(lambda r: httpx.Response(200, json={"status": "success", "data": []}))
     client = server.client("VictoriaMetrics", token=SecretStr("tok-5c1e"))
-    VictoriaMetricsSource(client, "{}", 30_000).count_series(TimeRange(T0, T0 + 30_000))
+    VictoriaMetricsSource(client, "{}", 30_000).split(TimeRange(T0, T0 + 30_000))
     assert server.requests[0].headers["Authorization"] == "Bearer tok-5c1e"
     assert "tok-5c1e" not in repr(client._client.auth)
 

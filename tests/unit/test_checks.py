@@ -36,8 +36,10 @@ from detectors.checks import (
     text,
     text_rule,
 )
+from detectors.episodes import AlertEvent
 from detectors.failslow.inputs import InputParams
 from detectors.failslow.mitigation import MitigationParams, StageCost
+from detectors.features import FeatureSpec
 from detectors.fusion import FusionParams
 from detectors.gpu_health import GpuHealthParams
 from detectors.group import ScoringParams
@@ -48,6 +50,7 @@ from detectors.quantile import P2Quantile, QuantileSketch
 from detectors.remap import RemapParams
 from detectors.xid.escalation import EscalationParams
 from detectors.xid.events import XidEvent
+from streams.backtest.events import KnownEvent
 from streams.settings import Settings
 
 
@@ -246,6 +249,34 @@ def test_gpu_health_params_refuse_a_bool_for_a_count() -> None:
         (lambda: XidEvent(0, "log"), r"^xid must be an int >= 1, got 0$"),
         (lambda: XidEvent(np.int64(79), "log"), r"^xid must be an int >= 1"),  # a JSON int
         (lambda: XidEvent(79, "dmesg"), r"^source must be one of 'log', 'metric'"),  # type: ignore[arg-type]
+        (lambda: FeatureSpec("x", (), "gauge"), r"^metrics must be a non-empty tuple, got \(\)$"),
+        (lambda: FeatureSpec("", ("m",), "gauge"), r"^name must be a non-empty string, got ''$"),
+        (lambda: FeatureSpec("x", ("m",), "meter"), r"^kind must be one of 'counter', 'gauge'"),  # type: ignore[arg-type]
+        (
+            lambda: FeatureSpec("x", ("m",), "gauge", abs_floor=0.0),
+            r"^abs_floor must be finite and > 0 \(keeps z finite\), got 0.0$",
+        ),
+        (
+            lambda: FeatureSpec("x", ("m",), "gauge", collapse_ratio=1.5),
+            r"^collapse_ratio must be in \(0, 1\), got 1.5$",
+        ),
+        (
+            lambda: AlertEvent("A", None, "pending", 0),
+            r"^status must be one of 'firing', 'resolved'",
+        ),  # type: ignore[arg-type]
+        (
+            lambda: KnownEvent(-1, "n", None, "x"),
+            r"^ts_ms must be an int >= 0 \(epoch ms\), got -1$",
+        ),
+        (
+            lambda: KnownEvent(1, "n", None, ""),
+            r"^kind must be a non-empty string \(e.g. xid79, job",
+        ),
+        (lambda: KnownEvent(1, "n", None, "x", -1), r"^end_ms must be an int >= 0 \(epoch ms\)"),
+        (
+            lambda: KnownEvent(5, "n", None, "x", 3),
+            r"^end_ms must be an int >= ts_ms \(5\), got 3$",
+        ),
     ],
 )
 def test_a_record_with_required_fields_runs_its_declared_rules(build, message) -> None:  # type: ignore[no-untyped-def]

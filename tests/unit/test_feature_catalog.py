@@ -64,6 +64,14 @@ def test_the_shipped_catalog_holds_the_features_the_detectors_read() -> None:
         ({"name": "x", "metrics": ["m"], "kind": "gauge", "scored": 1}, r"true or false"),
         ({"name": "x", "metrics": ["m"], "kind": "gauge", "match": {"a": 1}}, r"match must be"),
         ({"name": "x", "metrics": ["m"], "kind": "gauge", "abs_floor": 0.0}, r"abs_floor must be"),
+        (
+            {"name": "x", "metrics": ["m"], "kind": "gauge", "collapse_ratio": 1.0},
+            r"^feature x: collapse_ratio must be in \(0, 1\), got 1.0$",
+        ),
+        (
+            {"name": "x", "metrics": ["m"], "kind": "gauge", "rel_floor": -0.5},
+            r"^feature x: rel_floor must be finite and >= 0, got -0.5$",
+        ),
     ],
 )
 def test_a_bad_feature_table_names_the_feature_and_the_key(

@@ -205,6 +205,26 @@ def test_rejects_malformed_input(matrix, abs_floor, rel_floor, min_peers) -> Non
         peer_zscores(matrix, abs_floor, rel_floor, min_peers)
 
 
+@pytest.mark.parametrize(
+    ("abs_floor", "rel_floor", "min_peers", "message"),
+    [
+        (1.0, 0.0, True, r"^min_peers must be an int >= 1, got True$"),
+        (np.array([1.0, 0.0]), 0.0, 1, r"^abs_floor must be finite and > 0 in every entry \(keeps"),
+        (
+            1.0,
+            np.array([0.1, np.inf]),
+            1,
+            r"^rel_floor must be finite and >= 0 in every entry, got",
+        ),
+    ],
+)
+def test_bad_floors_and_min_peers_say_so_in_the_rules_wording(
+    abs_floor: object, rel_floor: object, min_peers: int, message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        peer_zscores(np.ones((5, 2)), abs_floor, rel_floor, min_peers)  # type: ignore[arg-type]
+
+
 def test_sixty_by_305_matches_the_reference() -> None:
     """A real group's shape (60 nodes, ~305 features, 5 % missing) gives the formula's z
     everywhere (``python -m bench.peer_zscores`` times it beside np.nanmedian)."""
