@@ -231,7 +231,7 @@ def theil_sen_slope(x: npt.ArrayLike, y: npt.ArrayLike) -> float:
     ys = np.asarray(y, dtype=np.float64)
     if xs.ndim != 1 or xs.shape != ys.shape:
         raise ValueError(f"x and y must be 1-D of one length, got {xs.shape} and {ys.shape}")
-    if not (np.isfinite(xs).all() and np.isfinite(ys).all()):
+    if not (is_finite(xs) and is_finite(ys)):
         raise ValueError("x and y must be finite")
     # Every unordered pair with distinct x appears exactly once with dx > 0, sorted or not.
     dx = xs[None, :] - xs[:, None]
