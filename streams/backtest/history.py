@@ -651,8 +651,8 @@ def _error_text(body: str) -> str:
 
 def _one_line(text: str, limit: int = 4000) -> str:
     """``text`` on one line, whole: the servers put the cause and the fix at the end, after
-    echoing the query (VictoriaMetrics: ~1,300 characters for the catalog's selector). Past
-    ``limit`` (a proxy's HTML page) its middle goes, never its end."""
+    echoing the query (VictoriaMetrics echoes it twice, as the URI and as its filters).
+    Past ``limit`` (a proxy's HTML page) its middle goes, never its end."""
     flat = " ".join(text.split())
     if len(flat) <= limit:
         return flat

@@ -190,6 +190,7 @@ def test_a_request_still_over_a_server_limit_says_why_and_which_flag(
     finally:
         server.stop()
     line = _one_line_error(done)
+    print(f"\n{line}")
     assert line.startswith(
         f"Error: SourceLimited: VictoriaMetrics at {server.url} answered HTTP 400 to "
         "/api/v1/export: "
@@ -243,6 +244,7 @@ def test_a_prometheus_without_the_group_label_fails_with_the_drops_then_scores_w
 ) -> None:
     args = ["--source", "prometheus", "--url", prometheus, *RANGE, "--events", str(fleet.events)]
     line = _one_line_error(_backtest(*args, out=tmp_path / "without"))
+    print(f"\n{line}")
     assert line.startswith("Error: NothingScored: no bucket was scored: ")
     assert "; dropped: no_group " in line
     assert "no series carried a group label (group_labels=[cluster]); the series carry " in line
@@ -251,6 +253,7 @@ def test_a_prometheus_without_the_group_label_fails_with_the_drops_then_scores_w
 
     done = _backtest(*args, "--extra-label", "cluster=b200-2", out=tmp_path / "with")
     assert done.returncode == 0, done.stderr[-3000:]
+    print(done.stderr.strip().splitlines()[-1])
     report = json.loads((tmp_path / "with" / "report.json").read_text())
     _found_the_fault(report, fleet)
     assert report["run"]["extra_labels"] == {"cluster": "b200-2"}
