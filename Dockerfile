@@ -22,7 +22,10 @@ RUN scripts/build-service-wheels /wheels '[plot]' \
     && pip wheel --no-cache-dir --no-deps --wheel-dir /lab-wheels .
 
 FROM python:3.11-slim AS runtime
-RUN useradd --system --uid 10001 --home-dir /var/lib/peerwatch --create-home peerwatch
+# its datadir (the worker's tables, the ingest's write-ahead log by default) exists and is
+# its own, so a volume mounted there starts out writable by it
+RUN useradd --system --uid 10001 --home-dir /var/lib/peerwatch --create-home peerwatch \
+    && install -d -o peerwatch -g peerwatch /var/lib/peerwatch/data
 COPY --from=build /wheels /wheels
 # rocksdb:// (the Kubernetes manifests' store) needs rocksdict's binary wheel to load
 # here (glibc >= 2.28, libstdc++): fail the build, not the worker's first start

@@ -37,6 +37,12 @@ the current code on the same input in this process, interleaved, the median of
 - ``prefilter``: decode (+ add) unfiltered vs with the prefilter; the simulator
   emits few series no feature reads (~20 %, a real node_exporter ~95 %), so
   this says what the prefilter costs on series it lets through.
+- ``write-ahead log``, in *wall* time (an fsync waits on the disk, it costs little
+  CPU): the ingest's request path on the work thread (columns decode + add) without
+  the log and with it (each body written and fsynced before the next, as before a
+  204), in a fresh directory under ``--wal-dir`` (default: the temp directory: put it
+  on the disk the log will live on); and the replay of that log at a start (read,
+  decode, add), in MB of log per second.
 
 Rates are samples offered (accepted or dropped) per second of process CPU time,
 one round untimed first to warm caches; the cyclic GC stays on, as in the
@@ -53,10 +59,12 @@ import argparse
 import dataclasses
 import gc
 import statistics
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import cramjam
@@ -72,6 +80,7 @@ from streams.ingest.remote_write import (
     encode_write_request,
 )
 from streams.ingest.series import Series
+from streams.ingest.wal import WriteAheadLog
 from streams.lab.evaluation.runner import evaluation_settings
 from streams.lab.simulator.cluster import ClusterSimulator
 from streams.lab.simulator.run import MAX_SAMPLES_PER_SEND, split_samples
@@ -175,6 +184,54 @@ def run_bodies(
     return spent
 
 
+def run_bodies_wal(
+    settings: Settings, bodies: list[tuple[int, list[bytes], int]], wal_dir: Path | None
+) -> float:
+    """Wall seconds to take bodies[1:] as the ingest's work thread does (columns decode,
+    the log's append when ``wal_dir`` is given -- written and fsynced -- then add)."""
+    builder = make_builder(FrameBuilder, settings)
+    decoder = WriteRequestDecoder(metric_names=builder.metric_names)
+    with tempfile.TemporaryDirectory(dir=wal_dir) as directory:
+        wal = WriteAheadLog(Path(directory)) if wal_dir is not None else None
+        spent = 0.0
+        for i, (t_ms, requests, _) in enumerate(bodies):
+            started = time.perf_counter()
+            for body in requests:
+                batch = decoder.decode_batch(body)
+                if wal is not None:
+                    wal.append(body)
+                builder.add_batch(batch, now_s=t_ms / 1000.0)
+            if i:
+                spent += time.perf_counter() - started
+        if wal is not None:
+            wal.close()
+    return spent
+
+
+def run_replay(
+    settings: Settings, bodies: list[tuple[int, list[bytes], int]], wal_dir: Path
+) -> tuple[float, int]:
+    """(wall seconds, bytes) to replay a log of all ``bodies`` into a fresh builder, as the
+    ingest does at a start (read each segment, decode, add)."""
+    with tempfile.TemporaryDirectory(dir=wal_dir) as directory:
+        wal = WriteAheadLog(Path(directory), roll_s=3600.0)  # one segment
+        for _, requests, _ in bodies:
+            for body in requests:
+                wal.append(body)
+        size = wal.held_bytes
+        wal.close()
+        builder = make_builder(FrameBuilder, settings)
+        decoder = WriteRequestDecoder(metric_names=builder.metric_names)
+        now_s = bodies[-1][0] / 1000.0
+        started = time.perf_counter()
+        replaying = WriteAheadLog(Path(directory))
+        for _, body in replaying.replay():
+            builder.add_batch(decoder.decode_batch(body), now_s=now_s)
+        spent = time.perf_counter() - started
+        replaying.close()
+    return spent, size
+
+
 def adapter_messages(rounds: list[Round]) -> list[tuple[int, list[bytes]]]:
     """Each round as prometheus-kafka-adapter's messages: one JSON object per sample."""
 
@@ -276,6 +333,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=20, help="timed rounds (plus one warm-up)")
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument(
+        "--wal-dir",
+        type=Path,
+        default=Path(tempfile.gettempdir()),
+        help="where the write-ahead log rows write (the disk the ingest's log is on)",
+    )
     args = parser.parse_args(argv)
 
     settings = evaluation_settings()
@@ -395,6 +458,28 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(
             f"{label:<33} {base_name:<17} {base_rate:>10,.0f}   {new_name:<13} {new_rate:>10,.0f}"
             f"  {base_s / new_s:5.2f}x{mark}"
+        )
+
+    if NATIVE_AVAILABLE:
+        a, b = best_pair(
+            partial(run_bodies_wal, settings, bodies, None),
+            partial(run_bodies_wal, settings, bodies, args.wal_dir),
+            args.repeat,
+        )
+        requests = sum(len(r) for _, r, _ in bodies[1:])
+        print()
+        print(f"write-ahead log in {args.wal_dir}, wall time, columns decode + add:")
+        print(
+            f"  without the log {samples / a:>10,.0f} samples/s   with it (fsync per body) "
+            f"{samples / b:>10,.0f} samples/s  {b / a:5.2f}x the time, "
+            f"+{(b - a) / requests * 1000:.2f} ms per body ({requests:,} bodies)"
+        )
+        replays = [run_replay(settings, bodies, args.wal_dir) for _ in range(args.repeat)]
+        spent = statistics.median(s for s, _ in replays)
+        size = replays[0][1]
+        print(
+            f"  replay at a start: {size / 1e6:.1f} MB of log in {spent:.2f} s, "
+            f"{size / 1e6 / spent:.1f} MB/s ({samples / spent:,.0f} samples/s)"
         )
 
     naive_frames = run_naive(settings, adapter_messages(rounds))[1]

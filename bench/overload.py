@@ -468,7 +468,9 @@ def main(argv: list[str] | None = None) -> None:
         workdir = Path(tmp)
         broker = KafkaKRaft(workdir / "kafka") if args.broker == "kraft" else EmbeddedBroker()
         run, port = uuid.uuid4().hex[:8], free_port()
-        env = peerwatch_env(broker.bootstrap, topics=f"overload-{run}", ingest_port=port)
+        env = peerwatch_env(
+            broker.bootstrap, topics=f"overload-{run}", ingest_port=port, datadir=workdir / "data"
+        )
         base = f"http://127.0.0.1:{port}"
         ingest = PeerwatchProcess(["ingest"], env, workdir / "ingest.log", f"{base}/-/ready")
         # fork: the child shares the prepared fleet; it is in our process group (a Ctrl-C

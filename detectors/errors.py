@@ -23,6 +23,9 @@ live beside the code that raises them; the roots of its branches are here)::
     │   └── SourceRejected ── SourceBusy
     ├── ReportError                    streams.backtest.report: the report cannot be drawn
     ├── KafkaLoginError (ConnectionError)  streams.kafka.options: credentials refused
+    ├── WalError (RuntimeError)        streams.ingest.wal: the write-ahead log
+    │   ├── WalUnusable                  its directory cannot be written, or is held
+    │   └── WalRefused                   a body it did not take (full, a disk error)
     └── OutboxLocked (RuntimeError)    streams.sinks.outbox: another process holds it
 
 The lab's own (``streams.lab``: ``ServiceError``, ``RemoteWriteFailed``) hang from it

@@ -417,7 +417,12 @@ def evaluate(
 )
 @click.option("--resend-s", default=60.0, show_default=True, help="Workers' Alertmanager re-send.")
 @click.option("--kafka", default=None, help="Use this broker (host:port): no broker restart.")
-@click.option("--ingest-wal", is_flag=True, help="Run the ingest with its write-ahead log.")
+@click.option(
+    "--ingest-wal",
+    is_flag=True,
+    help="Run the ingest with its write-ahead log (the service's default; the lab runs "
+    "without it unless asked, as its earlier runs did).",
+)
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path))
 def chaos(

@@ -161,8 +161,26 @@ class Settings(BaseSettings):
     ingest_max_features_per_group: int = Field(
         2_000, ge=1, description="frame features per peer group (per-GPU ones counted per GPU)"
     )
+    ingest_wal: bool = Field(
+        True,
+        description="keep each body answered 204 in a write-ahead log until Kafka has its "
+        "frames: written and fsynced before the reply, replayed on start, so a crash, a kill "
+        "or a stop while Kafka is away loses none of it, and while Kafka is away writes are "
+        "taken (204) until the log is full. false: memory only -- a crash or kill loses the "
+        "open buckets and every frame not yet on Kafka, and writes get 503 while Kafka is "
+        "unreachable",
+    )
     ingest_wal_dir: Path | None = Field(
-        None, description="write-ahead log: a body answered 204 survives a kill (unset: off)"
+        None,
+        description="the write-ahead log's directory (unset: <datadir>/ingest-wal); it must "
+        "be writable at start, and one ingest holds it (locked)",
+    )
+    ingest_wal_max_bytes: int = Field(
+        1 << 30,
+        ge=4096,
+        description="what the write-ahead log may hold on disk; when it cannot take one more "
+        "body of max_body_bytes, writes get 503 (peerwatch_ingest_wal_refused_total"
+        '{reason="full"}) until Kafka has taken frames and their segments went',
     )
     # who may write (streams.ingest.security): TLS, and a bearer token and/or a basic-auth pair;
     # every secret below can also come from a file: the same name with ``_file``
@@ -319,6 +337,27 @@ class Settings(BaseSettings):
             raise ValueError("must be an absolute http(s) URL")
         return v
 
+    @field_validator("ingest_wal_dir", mode="before")
+    @classmethod
+    def _wal_dir_named(cls, v: object) -> object:
+        # Path("") is the working directory: an empty value is a mistake, not a wish
+        if v == "":
+            raise ValueError(
+                "empty: unset it for <datadir>/ingest-wal, or set ingest_wal to false to run "
+                "without the write-ahead log"
+            )
+        return v
+
+    @model_validator(mode="after")
+    def _wal_holds_a_body(self) -> Settings:
+        if self.ingest_wal and self.ingest_wal_max_bytes < 2 * self.max_body_bytes:
+            raise ValueError(
+                f"ingest_wal_max_bytes ({self.ingest_wal_max_bytes}) must be at least twice "
+                f"max_body_bytes ({self.max_body_bytes}): the log is full when it cannot "
+                "take one more body"
+            )
+        return self
+
     @field_validator("node_labels", "group_labels")
     @classmethod
     def _non_empty(cls, v: list[str]) -> list[str]:
@@ -395,6 +434,13 @@ class Settings(BaseSettings):
     @property
     def bucket_ms(self) -> int:
         return self.bucket_s * 1000
+
+    @property
+    def ingest_wal_path(self) -> Path | None:
+        """The ingest's write-ahead log directory; None when the log is off (``ingest_wal``)."""
+        if not self.ingest_wal:
+            return None
+        return self.ingest_wal_dir or self.datadir / "ingest-wal"
 
     def redacted(self) -> dict[str, Any]:
         """Every setting as plain data, secrets and URL passwords masked (a settings dump)."""

@@ -4,6 +4,8 @@
   real processes) first, so that under xdist (``-n``, ``--dist loadgroup``: one test at
   a time to whichever worker is free) they overlap each other and the short tests fill
   the gaps, instead of one of them starting last and running alone.
+- Each test's own data directory (``PEERWATCH_DATADIR``): the ingest's write-ahead log
+  lives under it by default.
 - One Apache Kafka for all xdist workers: the controller starts it while the workers
   collect and hands it to them as ``PEERWATCH_TEST_KAFKA`` (each worker's own broker
   cost a JVM start and a JVM's idle CPU, four times); ``PEERWATCH_TEST_KAFKA_STATE``
@@ -30,6 +32,21 @@ _SHARED = pytest.StashKey[tuple["KafkaKRaft", Path]]()  # the controller's broke
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.get_closest_marker("long") is None)  # stable
+
+
+@pytest.fixture(autouse=True)
+def _datadir_of_its_own(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every test's processes (in-process or children, which inherit the environment) keep
+    their data in a directory of the test's own, not in ``peerwatch-data/`` of the working
+    directory: the ingest's write-ahead log is on by default there, locked by one ingest
+    and replayed by the next, so tests sharing it would block or feed each other. A test
+    that names ``datadir`` (or ``ingest_wal_dir``) itself wins over this."""
+    name = request.node.name[:40].translate(str.maketrans("[]/:", "____"))
+    monkeypatch.setenv("PEERWATCH_DATADIR", str(tmp_path_factory.mktemp(f"datadir-{name}")))
 
 
 def _wants_shared_kafka(config: pytest.Config) -> bool:

@@ -78,6 +78,10 @@ class FrameProducer:
         return self._connected and self.failed is None and len(self._queue) < self._max_backlog
 
     @property
+    def backlog_full(self) -> bool:
+        return len(self._queue) >= self._max_backlog
+
+    @property
     def connected(self) -> bool:
         return self._connected
 

@@ -8,9 +8,14 @@ Status codes follow what Prometheus does with them (REFERENCE.md):
          same bytes cannot help)
     413  body above ``max_body_bytes``
     415  remote_write 2.0 or another content type we do not speak
-    503  we cannot take it right now (Kafka away, backlog full, a background
-         task restarting, too many writes in progress, a body that did not
-         arrive in time); Prometheus keeps the data and re-sends it with backoff
+    503  we cannot take it right now (the write-ahead log full or its disk
+         failing, backlog full, a background task restarting, too many writes in
+         progress, a body that did not arrive in time; Kafka away when the log is
+         off); Prometheus keeps the data and re-sends it with backoff
+
+With the write-ahead log (``ingest_wal``, on by default) a 204 means the body is
+on disk (``streams.ingest.wal``): it is replayed after a crash, so while Kafka is
+away writes go on being taken until the log holds ``ingest_wal_max_bytes``.
 
 Samples become frames in a ``FrameBuilder``; a flusher closes buckets as event
 time (or, for a quiet sender, wall time) passes and hands them to the
@@ -48,7 +53,7 @@ from streams.ingest.remote_write import (
 )
 from streams.ingest.request_timer import request_timer
 from streams.ingest.security import WriteAuth, server_ssl_context
-from streams.ingest.wal import WriteAheadLog
+from streams.ingest.wal import WalRefused, WalUnusable, WriteAheadLog
 from streams.kafka.options import KafkaLoginError
 from streams.kafka.topics import ensure_topics
 from streams.retry import RetryCallState, doubling, retrying
@@ -65,6 +70,7 @@ HEALTHY_AFTER_S = 60.0  # a task that ran this long before failing restarts at R
 # the scrape phases go to the write-ahead log at most this often (a fleet's first minute
 # learns one per target; the log's segments wait for the phases that cover them)
 KEEP_PHASES_S = 10.0
+WAL_LOG_EVERY_S = 10.0  # the write-ahead log's refusals are logged at most this often
 
 
 class Ingest:
@@ -94,7 +100,18 @@ class Ingest:
         }
         self.down: dict[str, BaseException] = {}
         self.restart_min_s = RESTART_MIN_S
-        self.wal = WriteAheadLog(settings.ingest_wal_dir) if settings.ingest_wal_dir else None
+        # the log first: an unusable directory stops the start before anything is answered
+        wal_dir = settings.ingest_wal_path
+        self.wal = None
+        if wal_dir is not None:
+            try:
+                self.wal = WriteAheadLog(wal_dir, max_bytes=settings.ingest_wal_max_bytes)
+            except WalUnusable as exc:  # the one line says which setting put it there
+                raise WalUnusable(f"write-ahead log {exc}; {_wal_setting(settings)}") from None
+            metrics.wal_bytes.set(self.wal.held_bytes)
+        self._wal_log: tuple[float, int] | None = None  # last refusal line's time, since then
+        self.replaying = False  # the log's bodies are being replayed (writes wait: 503)
+        self.replay_failed: BaseException | None = None
         self.keep_phases_s = KEEP_PHASES_S
         self._phases_kept = 0  # the builder's ``phases.learned`` when the log last kept them
         self._phases_kept_at = -math.inf
@@ -117,17 +134,58 @@ class Ingest:
         return web.Response(status=status, text=text)
 
     def _unavailable(self) -> str | None:
-        """Why the ingest cannot take data now (a 503 and readiness down), or None."""
+        """Why the ingest cannot take data now (a 503 and readiness down), or None.
+
+        Kafka away is a reason only without the write-ahead log: with it, what is taken
+        is on disk until Kafka has it, and only the log's bound stops the taking.
+        """
+        if self.replaying:
+            return "replaying the write-ahead log"
+        if self.replay_failed is not None:  # what it did not replay stays for the next start
+            return f"write-ahead log replay failed ({self.replay_failed!r}); restart the ingest"
         if self.down:
             name, exc = next(iter(self.down.items()))
             return f"{name} failed ({exc!r}), restarting"
-        if self.producer.accepting:
-            return None
         if self.producer.failed is not None:
             return f"frame producer failed ({self.producer.failed!r})"
-        if not self.producer.connected:
+        if self.wal is None and not self.producer.connected:
             return "kafka unreachable"
-        return "backlog full"
+        if self.producer.backlog_full:
+            return "backlog full"
+        return self._wal_full()
+
+    def _wal_full(self) -> str | None:
+        """Why the write-ahead log takes no more (it cannot hold one more body of
+        ``max_body_bytes``), or None."""
+        wal = self.wal
+        if wal is None or wal.room_for(self.settings.max_body_bytes):
+            return None
+        return (
+            f"write-ahead log full ({wal.held_bytes} of ingest_wal_max_bytes "
+            f"{wal.max_bytes} bytes held until Kafka has their frames)"
+        )
+
+    def _wal_refused(self, reason: str, why: str) -> web.Response:
+        """The 503 of a write the log did not take: counted, and logged at once and then
+        at most every ``WAL_LOG_EVERY_S`` with the count since (a full log refuses every
+        write of every Prometheus)."""
+        self.metrics.wal_refused.labels(reason=reason).inc()
+        now = time.monotonic()
+        last_s, since = self._wal_log or (-math.inf, 0)
+        if now - last_s >= WAL_LOG_EVERY_S:
+            assert self.wal is not None
+            log.warning(
+                "wal_refused",
+                reason=reason,
+                why=why,
+                refused=since + 1,
+                held_bytes=self.wal.held_bytes,
+                path=self.wal.directory,
+            )
+            self._wal_log = (now, 0)
+        else:
+            self._wal_log = (last_s, since + 1)
+        return self._reply(503, f"{why}; retry later\n")
 
     def _refused(self, request: web.Request) -> web.Response | None:
         """The 401 for a write without the credentials the settings ask for, else None."""
@@ -153,6 +211,8 @@ class Ingest:
             return self._reply(415, f"unsupported content type {ctype!r}; send remote_write 1.0\n")
         if (request.content_length or 0) > self.settings.max_body_bytes:
             return self._reply(413, f"body above {self.settings.max_body_bytes} bytes\n")
+        if (full := self._wal_full()) is not None:
+            return self._wal_refused("full", full)
         if (reason := self._unavailable()) is not None:
             log.warning("ingest_backpressure", reason=reason, backlog=self.producer.backlog)
             return self._reply(503, f"{reason}; retry later\n")
@@ -189,6 +249,9 @@ class Ingest:
         except RemoteWriteError as exc:
             log.warning("remote_write_rejected", peer=request.remote, reason=str(exc))
             return self._reply(400, f"{exc}\n")
+        except WalRefused as exc:  # not on disk, so not taken: Prometheus sends it again
+            what = "full" if exc.reason == "full" else "cannot be written"
+            return self._wal_refused(exc.reason, f"write-ahead log {what} ({exc})")
         if due:
             self._bucket_due.set()  # its frames go out now, not on the flusher's next tick
         self.metrics.count_samples(stats.accepted, stats.dropped, time.monotonic())
@@ -199,15 +262,20 @@ class Ingest:
         whether they moved the watermark past an open bucket's end."""
         series = self.decoder.decode_batch(body)
         if self.wal is not None:
-            self.wal.append(body)
+            try:
+                self.wal.append(body)  # WalRefused: the builder has not seen it either
+            finally:
+                self.metrics.wal_bytes.set(self.wal.held_bytes)
         stats = self.builder.add_batch(series, now_s=time.time())
         if self.wal is not None:
             self.wal.filed(_newest_open_bucket(self.builder))
         return stats, self.builder.bucket_due
 
-    def _replay(self) -> None:
+    def _replay(self) -> list[Frame]:
         """On the work thread, before serving: the bodies the write-ahead log holds, filed
-        into the rounds the process that wrote them learnt (its kept scrape phases)."""
+        into the rounds the process that wrote them learnt (its kept scrape phases); the
+        frames of the buckets they closed (a long outage's log must not sit in open
+        buckets at once)."""
         assert self.wal is not None
         kept = self.wal.kept_state()
         if kept is not None:
@@ -215,7 +283,7 @@ class Ingest:
                 self.builder.restore_scrape_phases(json.loads(kept)["scrape_phases"])
             except (ValueError, KeyError, TypeError) as exc:  # a damaged file: learn afresh
                 log.warning("wal_state_unreadable", path=self.wal.directory, error=exc)
-        bodies = 0
+        bodies, frames = 0, []
         for index, body in self.wal.replay():
             try:
                 series = self.decoder.decode_batch(body)
@@ -223,8 +291,17 @@ class Ingest:
                 continue  # a body is logged only once decoded: a damaged file
             self.builder.add_batch(series, now_s=time.time())
             self.wal.replayed(index, _newest_open_bucket(self.builder))
+            if self.builder.bucket_due:
+                frames += self.builder.close_due_by_watermark()
             bodies += 1
-        log.info("wal_replayed", bodies=bodies, segments=self.wal.segments)
+        log.info(
+            "wal_replayed",
+            bodies=bodies,
+            segments=self.wal.segments,
+            held_bytes=self.wal.held_bytes,
+            frames=len(frames),
+        )
+        return frames
 
     def _checkpoint(self, roll: bool = False) -> None:
         """On the work thread, after a flush: keep the scrape phases if they changed, drop the
@@ -252,6 +329,7 @@ class Ingest:
             roll=roll,
             state_current=learned == self._phases_kept,
         )
+        self.metrics.wal_bytes.set(self.wal.held_bytes)
 
     def _close_due(self) -> list[Frame]:
         """On the work thread: the frames whose buckets are due."""
@@ -282,6 +360,9 @@ class Ingest:
 
     async def ready(self, request: web.Request) -> web.Response:
         reason = self._unavailable()
+        if reason is None and self.wal is not None and not self.producer.connected:
+            reason = "kafka unreachable; writes are kept in the write-ahead log"
+            return web.Response(text=reason)  # ready: it takes them
         return web.Response(status=503 if reason else 200, text=reason)
 
     async def healthy(self, request: web.Request) -> web.Response:
@@ -317,6 +398,18 @@ class Ingest:
         # the producer has connected), then send forever.
         await ensure_topics(self.settings, None, self.metrics.kafka_errors.inc)
         await self.producer.run()
+
+    async def _replay_log(self) -> None:
+        """The log's bodies into the builder, on the work thread ahead of anything else
+        (the flusher's work queues behind it), their closed buckets' frames to Kafka."""
+        loop = asyncio.get_running_loop()
+        try:
+            self.producer.enqueue(await loop.run_in_executor(self._work, self._replay))
+        except Exception as exc:
+            self.replay_failed = exc
+            log.error("wal_replay_failed", path=self.wal and self.wal.directory, exc_info=exc)
+        finally:
+            self.replaying = False
 
     async def supervise(self, name: str) -> None:
         """Run background task ``name`` forever, restarting it with backoff when it fails;
@@ -372,16 +465,27 @@ class Ingest:
 
     async def _background(self, app: web.Application) -> AsyncIterator[None]:
         loop = asyncio.get_running_loop()
+        tasks = {}
         if self.wal is not None:
-            await loop.run_in_executor(self._work, self._replay)
-        tasks = {name: asyncio.create_task(self.supervise(name), name=name) for name in self.tasks}
+            # while it runs the ingest serves (live; not ready, writes 503): a full log takes
+            # a minute or more, longer than a startup probe waits for a first answer
+            self.replaying = True
+            tasks["replay"] = asyncio.create_task(self._replay_log(), name="replay")
+        tasks |= {name: asyncio.create_task(self.supervise(name), name=name) for name in self.tasks}
         yield
         tasks["flusher"].cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await tasks["flusher"]
         self.producer.enqueue(await loop.run_in_executor(self._work, self.builder.flush_all))
-        if not await self.producer.drain(timeout_s=10.0):
-            log.error("ingest_shutdown_unsent", frames=self.producer.backlog)
+        # with the log, frames Kafka cannot take now wait in it: no use waiting for Kafka
+        if self.wal is None or self.producer.connected:
+            await self.producer.drain(timeout_s=10.0)
+        if self.producer.backlog and self.wal is None:
+            log.error("ingest_shutdown_unsent", frames=self.producer.backlog)  # lost
+        elif self.producer.backlog and self.wal is not None:  # replayed at the next start
+            log.warning(
+                "ingest_shutdown_unsent", frames=self.producer.backlog, kept_in=self.wal.directory
+            )
         await loop.run_in_executor(self._work, self._checkpoint, True)  # all out: log empties
         if self.wal is not None:
             self.wal.close()
@@ -390,6 +494,16 @@ class Ingest:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._work.shutdown(wait=False, cancel_futures=True)
+
+
+def _wal_setting(settings: Settings) -> str:
+    """Which setting put the write-ahead log where it is, and how to run without it."""
+    if settings.ingest_wal_dir is not None:
+        return "set ingest_wal_dir to a writable directory, or ingest_wal to false"
+    return (
+        "it is <datadir>/ingest-wal (ingest_wal_dir unset): set ingest_wal_dir or datadir "
+        "to a writable directory, or ingest_wal to false"
+    )
 
 
 def _newest_open_bucket(builder: FrameBuilder) -> int | None:

@@ -110,6 +110,19 @@ class IngestMetrics:
         self.ha_failovers = Counter(
             "peerwatch_ingest_ha_failovers", "HA Prometheus replica elections changed", registry=r
         )
+        self.wal_refused = Counter(
+            "peerwatch_ingest_wal_refused",
+            "writes answered 503 because the write-ahead log could not take them, by reason "
+            "(full: it holds ingest_wal_max_bytes; write_error: the disk refused)",
+            ["reason"],
+            registry=r,
+        )
+        self.wal_bytes = Gauge(
+            "peerwatch_ingest_wal_bytes",
+            "bytes the write-ahead log holds: bodies answered 204 whose frames Kafka has not "
+            "all acknowledged",
+            registry=r,
+        )
         self.auth_failures = Counter(
             "peerwatch_ingest_auth_failures",
             "writes refused with 401, by reason (missing, scheme, malformed, wrong)",

@@ -134,10 +134,13 @@ def test_json_logs_cover_the_ingest_and_its_http_lines(kafka_bootstrap: str, tmp
 
 @pytest.mark.long
 def test_ingest_and_worker_ready_follow_kafka_down_and_up(tmp_path: Path) -> None:
-    """A broker of the test's own: absent when the ingest starts, then up, stopped under
-    both processes and started again; both stay live throughout."""
+    """A broker of the test's own: absent when the ingest (without its log) starts, then up,
+    stopped under both processes and started again; both stay live throughout."""
     kafka = KafkaKRaft(tmp_path / "kafka", port=free_port())
     deployment = Deployment.new(kafka.bootstrap, "", tmp_path)
+    # an ingest's readiness follows Kafka without its write-ahead log; with it (the default)
+    # it stays ready while the log has room (test_ingest_http, test_ingest_durability)
+    deployment.env["PEERWATCH_INGEST_WAL"] = "false"
     ingest = f"http://127.0.0.1:{deployment.ingest_port}"
     worker = f"http://127.0.0.1:{deployment.metrics_port}"
     with PeerwatchProcess(

@@ -4,10 +4,11 @@ The ingest runs as its own process with a write-ahead log, against an Apache
 Kafka of this test's own (so it can be frozen). Scrapes are answered 204 while
 Kafka is up; Kafka freezes (SIGSTOP: its sockets stay open and nothing answers,
 as with a hung broker or a partition, so the ingest cannot notice before its
-timeouts); more scrapes come (204 until the ingest notices, then 503); the
+timeouts); more scrapes come (204: the log keeps them; 503 only once it is full); the
 ingest is killed with SIGKILL, Kafka comes back, the ingest restarts:
 every scrape answered 204 must be in a frame on the frames topic. Without the
 log the open buckets (and the frames queued during the outage) died with the process.
+``test_ingest_wal_default.py`` does the same with the log where the defaults put it.
 """
 
 from __future__ import annotations

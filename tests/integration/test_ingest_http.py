@@ -331,15 +331,24 @@ async def test_a_counter_reset_counts_from_zero(
 # --- Kafka unreachable --------------------------------------------------------------------------
 
 
-async def start_without_kafka(start_ingest: IngestFactory) -> TestClient:
+async def start_without_kafka(start_ingest: IngestFactory, **overrides: object) -> TestClient:
     """An ingest whose broker address has nothing listening; it must serve all the same."""
     dead = f"127.0.0.1:{free_port()}"
-    client, _ = await start_ingest(settings_for(dead), start_timeout_s=DEAD_KAFKA_START_S)
+    settings = settings_for(dead, **overrides)
+    client, _ = await start_ingest(settings, start_timeout_s=DEAD_KAFKA_START_S)
+
+    async def replayed() -> bool:  # its write-ahead log (empty here) read, if it has one
+        async with client.get("/-/ready") as reply:
+            return await reply.text() != "replaying the write-ahead log"
+
+    await wait_for(replayed, READY_TIMEOUT_S, "the write-ahead log replayed", every_s=0.05)
     return client
 
 
-async def test_without_kafka_ready_is_503(start_ingest: IngestFactory) -> None:
-    client = await start_without_kafka(start_ingest)
+async def test_without_kafka_and_without_the_log_ready_is_503(
+    start_ingest: IngestFactory,
+) -> None:
+    client = await start_without_kafka(start_ingest, ingest_wal=False)
 
     async def tried() -> float:  # the producer tried to connect, failed, and goes on trying
         return await metric_value(client, "peerwatch_ingest_kafka_errors_total")
@@ -349,14 +358,61 @@ async def test_without_kafka_ready_is_503(start_ingest: IngestFactory) -> None:
         assert reply.status == 503
 
 
-async def test_without_kafka_a_valid_body_gets_503_so_prometheus_retries(
+async def test_without_kafka_and_without_the_log_a_valid_body_gets_503_so_prometheus_retries(
     start_ingest: IngestFactory,
 ) -> None:
-    client = await start_without_kafka(start_ingest)
+    client = await start_without_kafka(start_ingest, ingest_wal=False)
     body = encode_write_request(node_series("c1", "gpu-01:9100", recent_bucket_start(), 1e6, 10))
     status, text = await post(client, body)
     assert status == 503
     assert "kafka unreachable" in text
+
+
+async def test_without_kafka_the_log_takes_writes_until_it_is_full_then_503(
+    start_ingest: IngestFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The default: the write-ahead log keeps what Kafka cannot take yet, so the ingest is
+    ready and answers 204 (on disk) until the log cannot hold one more body of
+    max_body_bytes; then 503 with the reason, counted, logged once, and readiness down."""
+    client = await start_without_kafka(start_ingest, ingest_wal_max_bytes=2 * MAX_BODY)
+    async with client.get("/-/ready") as reply:
+        said = (reply.status, await reply.text())
+    assert said == (200, "kafka unreachable; writes are kept in the write-ahead log")
+    b0 = recent_bucket_start()
+    answers = []
+    for k in range(100):
+        body = encode_write_request(node_series("c1", f"gpu-{k:02d}:9100", b0, 1e6, 10))
+        answers.append(await post(client, body))
+        if answers[-1][0] != 204:
+            break
+    taken = len(answers) - 1
+    assert taken >= 2 and {a for a in answers[:-1]} == {(204, "")}
+    status, text = answers[-1]
+    assert status == 503 and text.startswith("write-ahead log full (") and "retry later" in text
+    assert await post(client, body) == answers[-1]
+    assert await ready_status(client) == 503
+    refused = 'peerwatch_ingest_wal_refused_total{reason="full"}'
+    assert await metric_value(client, refused) == 2
+    assert await metric_value(client, "peerwatch_ingest_wal_bytes") > MAX_BODY // 2
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("wal_refused")]
+    assert len(lines) == 1 and "reason=full" in lines[0], lines  # the second one waits
+
+
+async def test_a_disk_that_fails_a_write_gets_that_write_a_503_and_the_next_is_taken(
+    start_ingest: IngestFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The log's next segment is /dev/full (writes fail with ENOSPC, as on a full disk):
+    that write gets 503 naming the error, counted; the next goes to a new segment: 204."""
+    monkeypatch.setenv("PEERWATCH_DATADIR", str(tmp_path))
+    client = await start_without_kafka(start_ingest)
+    (tmp_path / "ingest-wal" / "000000000001.wal").symlink_to("/dev/full")
+    body = encode_write_request(node_series("c1", "gpu-01:9100", recent_bucket_start(), 1e6, 10))
+    status, text = await post(client, body)
+    assert status == 503
+    assert text.startswith("write-ahead log cannot be written (") and "No space left" in text
+    refused = 'peerwatch_ingest_wal_refused_total{reason="write_error"}'
+    assert await metric_value(client, refused) == 1
+    assert await post(client, body) == (204, "")
 
 
 async def test_a_write_without_the_right_credentials_gets_401_and_probes_stay_open(
@@ -367,6 +423,7 @@ async def test_a_write_without_the_right_credentials_gets_401_and_probes_stay_op
     dead = f"127.0.0.1:{free_port()}"
     settings = settings_for(
         dead,
+        ingest_wal=False,  # Kafka's 503 says the write got past the auth
         ingest_bearer_token="t0ken",
         ingest_basic_auth_username="prom",
         ingest_basic_auth_password="pw",
@@ -401,6 +458,7 @@ async def test_with_a_client_ca_only_clients_with_its_certificate_get_through(
     tls = make_tls_files(tmp_path, client="prometheus")
     settings = settings_for(
         f"127.0.0.1:{free_port()}",
+        ingest_wal=False,  # ready is 503 while Kafka is away
         ingest_tls_cert_file=tls.cert,
         ingest_tls_key_file=tls.key,
         ingest_tls_client_ca_file=tls.ca,

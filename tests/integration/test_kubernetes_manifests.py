@@ -233,6 +233,29 @@ def test_the_worker_keeps_its_state_on_its_claim(
     assert worker["spec"]["serviceName"] == "peerwatch-worker"
 
 
+def _quantity_bytes(text: str) -> int:
+    """A Kubernetes binary quantity (``2Gi``, ``64Mi``) in bytes."""
+    units = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}
+    return int(text[:-2]) * units[text[-2:]] if text[-2:] in units else int(text)
+
+
+def test_the_ingest_keeps_its_write_ahead_log_on_a_volume_with_room_for_it(
+    objects: list[dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The log is on by default and the root filesystem is read-only: where the settings put
+    it is a mounted emptyDir, larger than the log's bound (the kubelet evicts a pod whose
+    emptyDir passes its sizeLimit)."""
+    pod = _pods(objects)["peerwatch-ingest"]["spec"]
+    (container,) = pod["containers"]
+    settings = _mounted_settings(objects, "peerwatch-ingest", tmp_path, monkeypatch)
+    wal = settings.ingest_wal_path
+    assert wal is not None
+    (mount,) = [m for m in container["volumeMounts"] if wal.is_relative_to(m["mountPath"])]
+    assert not mount.get("readOnly", False)
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert _quantity_bytes(volume["emptyDir"]["sizeLimit"]) > settings.ingest_wal_max_bytes
+
+
 @pytest.mark.parametrize("name", ["peerwatch-ingest", "peerwatch-worker"])
 def test_each_process_loads_its_settings_as_mounted(
     objects: list[dict[str, Any]], name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -20,6 +20,8 @@ def ingest() -> Iterator[Ingest]:
     ingest = build_ingest(Settings())
     yield ingest
     ingest._work.shutdown()
+    if ingest.wal is not None:
+        ingest.wal.close()
 
 
 def _series(name: str, node: str, ts: int, value: float, **labels: str) -> Series:

@@ -321,3 +321,34 @@ def test_an_empty_username_is_unset_so_its_password_alone_is_an_error(
     monkeypatch.setenv("PEERWATCH_INGEST_BASIC_AUTH_PASSWORD", "pw")
     with pytest.raises(ValidationError, match="go together"):
         load_settings()
+
+
+# --- the ingest's write-ahead log ---------------------------------------------------------------
+
+
+def test_the_write_ahead_log_is_on_by_default_under_the_datadir() -> None:
+    assert Settings().ingest_wal_path == Path("peerwatch-data") / "ingest-wal"
+    assert Settings(datadir=Path("/var/lib/p")).ingest_wal_path == Path("/var/lib/p/ingest-wal")
+    assert Settings(ingest_wal_dir=Path("/wal")).ingest_wal_path == Path("/wal")
+    assert Settings().ingest_wal_max_bytes == 1 << 30
+
+
+def test_ingest_wal_false_turns_the_log_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PEERWATCH_INGEST_WAL", "false")
+    assert load_settings().ingest_wal_path is None
+    assert load_settings(ingest_wal_dir=Path("/wal")).ingest_wal_path is None  # false wins
+
+
+def test_an_empty_wal_directory_is_an_error_not_the_working_directory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PEERWATCH_INGEST_WAL_DIR", "")
+    with pytest.raises(ValidationError, match=r"ingest_wal_dir\n.*set ingest_wal to false"):
+        load_settings()
+
+
+def test_a_write_ahead_log_that_cannot_hold_two_bodies_is_an_error() -> None:
+    with pytest.raises(ValidationError, match=r"must be at least twice max_body_bytes \(16384\)"):
+        Settings(max_body_bytes=16384, ingest_wal_max_bytes=32767)
+    Settings(max_body_bytes=16384, ingest_wal_max_bytes=32768)
+    Settings(max_body_bytes=16384, ingest_wal_max_bytes=4096, ingest_wal=False)

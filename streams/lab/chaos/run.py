@@ -192,9 +192,10 @@ class Lab:
             topic_partitions=plan.partitions,
         )
         self.alerts_topic = self.env["PEERWATCH_TOPIC_ALERTS"]
-        ingest_env = {**self.env}
-        if plan.ingest_wal:
-            ingest_env |= peerwatch_env(self.bootstrap, ingest_wal_dir=workdir / "ingest-wal")
+        # the log (on by default) in the lab's directory, or off as the plan says
+        ingest_env = self.env | peerwatch_env(
+            self.bootstrap, ingest_wal=plan.ingest_wal, ingest_wal_dir=workdir / "ingest-wal"
+        )
         self.ingest = PeerwatchProcess(
             ["ingest"], ingest_env, workdir / "ingest.log", f"{self.ingest_url}/-/ready"
         )
