@@ -8,9 +8,10 @@ import datetime as dt
 import ipaddress
 import json
 import ssl
+import subprocess
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -301,6 +302,44 @@ def at_least(count: int) -> Callable[[Any], bool]:
 
 def epoch_ms(rfc3339: str) -> int:
     return int(datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def openmetrics(series: Iterable[tuple[Mapping[str, str], Sequence[int], Sequence[float]]]) -> str:
+    """The series (labels with ``__name__``, timestamps in ms, values) as OpenMetrics text,
+    each metric's series together (timestamps in s)."""
+    by_name: dict[str, list[str]] = {}
+    for labels, stamps, values in series:
+        name = labels["__name__"]
+        pairs = ",".join(
+            f'{k}="{v}"' for k, v in sorted(labels.items()) if k != "__name__"
+        )  # the simulator's label values hold no quotes, backslashes or newlines
+        by_name.setdefault(name, []).extend(
+            f"{name}{{{pairs}}} {v!r} {t / 1000:.3f}" for t, v in zip(stamps, values, strict=True)
+        )
+    return "\n".join(line for lines in by_name.values() for line in lines) + "\n# EOF\n"
+
+
+@contextmanager
+def backfilled_prometheus(
+    workdir: Path,
+    series: Iterable[tuple[Mapping[str, str], Sequence[int], Sequence[float]]],
+    config: dict[str, Any],
+) -> Iterator[str]:
+    """Debian's Prometheus whose TSDB holds ``series`` as blocks backfilled by promtool
+    (``tsdb create-blocks-from openmetrics``); its URL."""
+    source = workdir / "history.om"
+    source.write_text(openmetrics(series))
+    data = workdir / "prometheus" / "data"  # where ``Prometheus`` keeps its TSDB
+    data.mkdir(parents=True)
+    done = subprocess.run(
+        ["promtool", "tsdb", "create-blocks-from", "openmetrics", str(source), str(data)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    with prometheus_running(workdir, config) as server:
+        yield server.url
 
 
 @contextmanager

@@ -28,7 +28,7 @@ import pytest
 from streams.lab.launchers import VictoriaMetrics, free_port
 from streams.lab.simulator import ClusterConfig, NvlinkBusFault, generate, ground_truth
 from tests.integration.conftest import start_or_fail
-from tests.integration.harness import prometheus_running
+from tests.integration.harness import backfilled_prometheus
 
 MINUTE = 60_000
 START_MS = 1_759_276_800_000  # 2025-10-01T00:00:00Z: history, older than any retention default
@@ -88,37 +88,14 @@ def victoria_metrics(tmp_path_factory: pytest.TempPathFactory, history: History)
         server.stop()
 
 
-def _openmetrics(series: list[tuple[dict[str, str], list[int], list[float]]]) -> str:
-    """The series as OpenMetrics text, each metric's series together (timestamps in s)."""
-    by_name: dict[str, list[str]] = {}
-    for labels, stamps, values in series:
-        name = labels["__name__"]
-        pairs = ",".join(
-            f'{k}="{v}"' for k, v in sorted(labels.items()) if k != "__name__"
-        )  # the simulator's label values hold no quotes, backslashes or newlines
-        by_name.setdefault(name, []).extend(
-            f"{name}{{{pairs}}} {v!r} {t / 1000:.3f}" for t, v in zip(stamps, values, strict=True)
-        )
-    return "\n".join(line for lines in by_name.values() for line in lines) + "\n# EOF\n"
-
-
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory: pytest.TempPathFactory, history: History) -> Iterator[str]:
     """A Prometheus whose TSDB holds the history as backfilled blocks."""
     workdir = tmp_path_factory.mktemp("prometheus-backfill")
-    source = workdir / "history.om"
-    source.write_text(_openmetrics(history.series))
-    data = workdir / "prometheus" / "data"  # where ``Prometheus`` keeps its TSDB
-    data.mkdir(parents=True)
-    done = subprocess.run(
-        ["promtool", "tsdb", "create-blocks-from", "openmetrics", str(source), str(data)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    with prometheus_running(workdir, {"global": {"scrape_interval": "30s"}}) as server:
-        yield server.url
+    with backfilled_prometheus(
+        workdir, history.series, {"global": {"scrape_interval": "30s"}}
+    ) as url:
+        yield url
 
 
 def _backtest(*args: str, out: Path) -> subprocess.CompletedProcess[str]:
@@ -194,28 +171,29 @@ def test_backtest_from_prometheus_alerts_the_nvlink_node_by_its_xid(
     assert report["run"]["source"] == "Prometheus"
 
 
-def _one_line_error(done: subprocess.CompletedProcess[str]) -> str:
-    assert done.returncode != 0
+def one_line_error(done: subprocess.CompletedProcess[str]) -> str:
+    """The ``Error: ...`` line of a backtest that failed as the CLI fails (exit 1)."""
+    assert done.returncode == 1, done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr
     (line,) = [line for line in done.stderr.splitlines() if line.startswith("Error: ")]
     return line
 
 
-def test_backtest_of_an_unreachable_server_is_a_one_line_error(tmp_path: Path) -> None:
+def test_backtest_of_an_unreachable_server_is_aone_line_error(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{free_port()}"
     done = _backtest("--source", "victoriametrics", "--url", url, *_range(), out=tmp_path)
-    line = _one_line_error(done)
+    line = one_line_error(done)
     assert f"SourceUnreachable: VictoriaMetrics at {url} is unreachable" in line
 
 
-def test_backtest_of_a_selector_matching_nothing_is_a_one_line_error(
+def test_backtest_of_a_selector_matching_nothing_is_aone_line_error(
     victoria_metrics: str, tmp_path: Path
 ) -> None:
     done = _backtest(
         "--source", "victoriametrics", "--url", victoria_metrics,
         "--selector", '{cluster="no-such-cluster"}', *_range(), out=tmp_path,
     )  # fmt: skip
-    assert "NoSeries: VictoriaMetrics: no series matches the selector" in _one_line_error(done)
+    assert "NoSeries: VictoriaMetrics: no series matches the selector" in one_line_error(done)
     assert not (tmp_path / "report.json").exists()
 
 
@@ -227,11 +205,11 @@ def test_backtest_of_a_selector_matching_nothing_is_a_one_line_error(
         ("yesterday", "now", "BadRange: 'yesterday' is not a time"),
     ],
 )
-def test_backtest_of_an_empty_or_unreadable_range_is_a_one_line_error(
+def test_backtest_of_an_empty_or_unreadable_range_is_aone_line_error(
     tmp_path: Path, start: str, end: str, says: str
 ) -> None:
     url = f"http://127.0.0.1:{free_port()}"  # the range is refused before any request
     done = _backtest(
         "--source", "prometheus", "--url", url, "--start", start, "--end", end, out=tmp_path
     )
-    assert says in _one_line_error(done)
+    assert says in one_line_error(done)

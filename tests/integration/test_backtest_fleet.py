@@ -31,7 +31,8 @@ from streams.lab.launchers import VictoriaMetrics
 from streams.lab.simulator import ClusterConfig, NvlinkBusFault, generate, ground_truth
 from streams.settings import Settings
 from tests.integration.conftest import start_or_fail
-from tests.integration.harness import prometheus_running
+from tests.integration.harness import backfilled_prometheus
+from tests.integration.test_backtest import one_line_error
 
 MINUTE = 60_000
 START_MS = 1_759_276_800_000  # 2025-10-01T00:00:00Z
@@ -135,13 +136,6 @@ def _found_the_fault(report: dict[str, Any], fleet: Fleet) -> None:
     assert row["found"] and row["at_or_before"], row
 
 
-def _one_line_error(done: subprocess.CompletedProcess[str]) -> str:
-    assert done.returncode == 1, done.stderr[-3000:]
-    assert "Traceback" not in done.stderr, done.stderr
-    (line,) = [line for line in done.stderr.splitlines() if line.startswith("Error: ")]
-    return line
-
-
 def test_a_fleet_past_the_servers_series_limit_is_read_group_by_group(
     victoria_metrics: str, fleet: Fleet, tmp_path: Path
 ) -> None:
@@ -189,7 +183,7 @@ def test_a_request_still_over_a_server_limit_says_why_and_which_flag(
         )  # fmt: skip
     finally:
         server.stop()
-    line = _one_line_error(done)
+    line = one_line_error(done)
     print(f"\n{line}")
     assert line.startswith(
         f"Error: SourceLimited: VictoriaMetrics at {server.url} answered HTTP 400 to "
@@ -199,18 +193,6 @@ def test_a_request_still_over_a_server_limit_says_why_and_which_flag(
     assert "the number of matching timeseries exceeds 100; either narrow down the search or " \
            "increase -search.max* command-line flag values at vmselect" in line  # fmt: skip
     assert line.endswith("-- raise the server's -search.maxExportSeries or narrow --selector")
-
-
-def _openmetrics(series: list[ParsedSeries]) -> str:
-    """The series as OpenMetrics text, each metric's series together (timestamps in s)."""
-    by_name: dict[str, list[str]] = {}
-    for labels, stamps, values in series:
-        name = labels["__name__"]
-        pairs = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()) if k != "__name__")
-        by_name.setdefault(name, []).extend(
-            f"{name}{{{pairs}}} {v!r} {t / 1000:.3f}" for t, v in zip(stamps, values, strict=True)
-        )
-    return "\n".join(line for lines in by_name.values() for line in lines) + "\n# EOF\n"
 
 
 @pytest.fixture(scope="module")
@@ -223,27 +205,16 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory, fleet: Fleet) -> Iterat
         for labels, stamps, values in fleet.series
         if labels["cluster"] == f"b200-{FAULTY}"
     ]
-    source = workdir / "history.om"
-    source.write_text(_openmetrics(stored))
-    data = workdir / "prometheus" / "data"
-    data.mkdir(parents=True)
-    done = subprocess.run(
-        ["promtool", "tsdb", "create-blocks-from", "openmetrics", str(source), str(data)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
     config = {"global": {"scrape_interval": "30s", "external_labels": {"cluster": "b200-2"}}}
-    with prometheus_running(workdir, config) as server:
-        yield server.url
+    with backfilled_prometheus(workdir, stored, config) as url:
+        yield url
 
 
 def test_a_prometheus_without_the_group_label_fails_with_the_drops_then_scores_with_it(
     prometheus: str, fleet: Fleet, tmp_path: Path
 ) -> None:
     args = ["--source", "prometheus", "--url", prometheus, *RANGE, "--events", str(fleet.events)]
-    line = _one_line_error(_backtest(*args, out=tmp_path / "without"))
+    line = one_line_error(_backtest(*args, out=tmp_path / "without"))
     print(f"\n{line}")
     assert line.startswith("Error: NothingScored: no bucket was scored: ")
     assert "; dropped: no_group " in line
