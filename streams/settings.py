@@ -164,7 +164,8 @@ class Settings(BaseSettings):
     ingest_wal: bool = Field(
         True,
         description="keep each body answered 204 in a write-ahead log until Kafka has its "
-        "frames: written and fsynced before the reply, replayed on start, so a crash, a kill "
+        "frames: written and fsynced (a new segment's directory entry too) before the reply, "
+        "replayed on start, so a crash, a kill "
         "or a stop while Kafka is away loses none of it, and while Kafka is away writes are "
         "taken (204) until the log is full. false: memory only -- a crash or kill loses the "
         "open buckets and every frame not yet on Kafka, and writes get 503 while Kafka is "
