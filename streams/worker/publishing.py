@@ -39,11 +39,12 @@ class Publisher:
         # The sinks first: an alert's way to Alertmanager must not wait for this bucket's
         # metrics, log lines and alert records (nor, through them, for the next group).
         self.sinks.submit(scored.changes, scored.active)
-        if not scored.ended:  # else no bucket was scored: only the resolutions go out
-            observe_bucket(self.metrics, self.pipeline, scored)
+        if scored.ended:  # no bucket was scored: only the resolutions go out
+            await self._send_changes(scored)
+            return
+        observe_bucket(self.metrics, self.pipeline, scored)
         await self._send_changes(scored)
-        if not scored.ended:
-            await self.advise(scored.advice)
+        await self.advise(scored.advice)
 
     async def _send_changes(self, scored: Scored) -> None:
         for change in scored.changes:

@@ -17,7 +17,7 @@ import math
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,36 @@ class History:
     xid_ms: int
 
 
+def simulated_history(
+    configs: Sequence[ClusterConfig],
+    faulty: ClusterConfig,
+    fault_node: str,
+    end_ms: int,
+    events_dir: Path,
+    keep: Callable[[str], bool] = lambda name: True,
+) -> History:
+    """The clusters' whole series (finite samples, metrics ``keep`` takes) as a TSDB would
+    hold them, and the faulty cluster's one XID (on ``fault_node``) as an operator's
+    known-events file."""
+    whole: dict[tuple[tuple[str, str], ...], tuple[dict[str, str], list[int], list[float]]] = {}
+    for config in configs:
+        for _, series in generate(config, config.start_ms, end_ms):
+            for s in series:
+                if not keep(s.labels["__name__"]):
+                    continue
+                key = tuple(sorted(s.labels.items()))
+                entry = whole.setdefault(key, (dict(s.labels), [], []))
+                for ts, value in s.samples:
+                    if math.isfinite(value):
+                        entry[1].append(ts)
+                        entry[2].append(value)
+    [xid] = [row for row in ground_truth(faulty, end_ms) if row.xid is not None]
+    assert xid.node == fault_node and xid.xid_ms is not None
+    events = events_dir / "xids.jsonl"
+    events.write_text(json.dumps({"ts_ms": xid.xid_ms, "node": xid.node, "kind": f"xid{xid.xid}"}))
+    return History(list(whole.values()), events, xid.xid_ms)
+
+
 @pytest.fixture(scope="module")
 def history(tmp_path_factory: pytest.TempPathFactory) -> History:
     config = ClusterConfig(
@@ -54,20 +84,9 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> History:
         start_ms=START_MS,
         faults=(NvlinkBusFault(FAULT_NODE, gpu=3, onset_ms=START_MS + 40 * MINUTE),),
     )
-    whole: dict[tuple[tuple[str, str], ...], tuple[dict[str, str], list[int], list[float]]] = {}
-    for _, series in generate(config, START_MS, END_MS):
-        for s in series:
-            key = tuple(sorted(s.labels.items()))
-            entry = whole.setdefault(key, (dict(s.labels), [], []))
-            for ts, value in s.samples:
-                if math.isfinite(value):
-                    entry[1].append(ts)
-                    entry[2].append(value)
-    [xid] = [row for row in ground_truth(config, END_MS) if row.xid is not None]
-    assert xid.node == FAULT_NODE and xid.xid_ms is not None
-    events = tmp_path_factory.mktemp("events") / "xids.jsonl"
-    events.write_text(json.dumps({"ts_ms": xid.xid_ms, "node": xid.node, "kind": f"xid{xid.xid}"}))
-    return History(list(whole.values()), events, xid.xid_ms)
+    return simulated_history(
+        [config], config, FAULT_NODE, END_MS, tmp_path_factory.mktemp("events")
+    )
 
 
 @pytest.fixture(scope="module")
@@ -179,14 +198,14 @@ def one_line_error(done: subprocess.CompletedProcess[str]) -> str:
     return line
 
 
-def test_backtest_of_an_unreachable_server_is_aone_line_error(tmp_path: Path) -> None:
+def test_backtest_of_an_unreachable_server_is_a_one_line_error(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{free_port()}"
     done = _backtest("--source", "victoriametrics", "--url", url, *_range(), out=tmp_path)
     line = one_line_error(done)
     assert f"SourceUnreachable: VictoriaMetrics at {url} is unreachable" in line
 
 
-def test_backtest_of_a_selector_matching_nothing_is_aone_line_error(
+def test_backtest_of_a_selector_matching_nothing_is_a_one_line_error(
     victoria_metrics: str, tmp_path: Path
 ) -> None:
     done = _backtest(
@@ -205,7 +224,7 @@ def test_backtest_of_a_selector_matching_nothing_is_aone_line_error(
         ("yesterday", "now", "BadRange: 'yesterday' is not a time"),
     ],
 )
-def test_backtest_of_an_empty_or_unreadable_range_is_aone_line_error(
+def test_backtest_of_an_empty_or_unreadable_range_is_a_one_line_error(
     tmp_path: Path, start: str, end: str, says: str
 ) -> None:
     url = f"http://127.0.0.1:{free_port()}"  # the range is refused before any request

@@ -12,13 +12,11 @@ them with an NVLink + bus fault (XID 145/149, then 79) on one node at minute 5.
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +26,11 @@ import pytest
 from streams.catalog import features_for
 from streams.deploy_config import catalog_metric_names
 from streams.lab.launchers import VictoriaMetrics
-from streams.lab.simulator import ClusterConfig, NvlinkBusFault, generate, ground_truth
+from streams.lab.simulator import ClusterConfig, NvlinkBusFault
 from streams.settings import Settings
 from tests.integration.conftest import start_or_fail
 from tests.integration.harness import backfilled_prometheus
-from tests.integration.test_backtest import one_line_error
+from tests.integration.test_backtest import History, one_line_error, simulated_history
 
 MINUTE = 60_000
 START_MS = 1_759_276_800_000  # 2025-10-01T00:00:00Z
@@ -43,13 +41,6 @@ FAULT_NODE = "c2n007"
 SERIES_LIMIT = 30_000  # VictoriaMetrics' -search.maxSeries default (victoria-metrics -help)
 
 ParsedSeries = tuple[dict[str, str], list[int], list[float]]
-
-
-@dataclass(frozen=True)
-class Fleet:
-    series: list[ParsedSeries]  # whole series, time-ordered
-    events: Path  # the known XID, as an operator would list it
-    xid_ms: int
 
 
 def _cluster(k: int) -> ClusterConfig:
@@ -69,25 +60,16 @@ def _cluster(k: int) -> ClusterConfig:
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Fleet:
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> History:
     read = set(catalog_metric_names(features_for(Settings())))
-    whole: dict[tuple[tuple[str, str], ...], ParsedSeries] = {}
-    for k in range(CLUSTERS):
-        for _, series in generate(_cluster(k), START_MS, END_MS):
-            for s in series:
-                if s.labels["__name__"] not in read:
-                    continue
-                key = tuple(sorted(s.labels.items()))
-                entry = whole.setdefault(key, (dict(s.labels), [], []))
-                for ts, value in s.samples:
-                    if math.isfinite(value):
-                        entry[1].append(ts)
-                        entry[2].append(value)
-    [xid] = [row for row in ground_truth(_cluster(FAULTY), END_MS) if row.xid is not None]
-    assert xid.node == FAULT_NODE and xid.xid_ms is not None
-    events = tmp_path_factory.mktemp("events") / "xids.jsonl"
-    events.write_text(json.dumps({"ts_ms": xid.xid_ms, "node": xid.node, "kind": f"xid{xid.xid}"}))
-    return Fleet(list(whole.values()), events, xid.xid_ms)
+    return simulated_history(
+        [_cluster(k) for k in range(CLUSTERS)],
+        _cluster(FAULTY),
+        FAULT_NODE,
+        END_MS,
+        tmp_path_factory.mktemp("events"),
+        keep=read.__contains__,
+    )
 
 
 def _import(url: str, series: list[ParsedSeries]) -> None:
@@ -102,7 +84,7 @@ def _import(url: str, series: list[ParsedSeries]) -> None:
 
 
 @pytest.fixture(scope="module")
-def victoria_metrics(tmp_path_factory: pytest.TempPathFactory, fleet: Fleet) -> Iterator[str]:
+def victoria_metrics(tmp_path_factory: pytest.TempPathFactory, fleet: History) -> Iterator[str]:
     """A VictoriaMetrics (its default limits) holding the whole fleet."""
     server = VictoriaMetrics(tmp_path_factory.mktemp("victoria-metrics"))
     start_or_fail(server)  # type: ignore[arg-type]
@@ -128,7 +110,7 @@ def _backtest(
 RANGE = ["--start", str(START_MS / 1000), "--end", "2025-10-01T00:10:00Z"]
 
 
-def _found_the_fault(report: dict[str, Any], fleet: Fleet) -> None:
+def _found_the_fault(report: dict[str, Any], fleet: History) -> None:
     lead = report["lead_time"]
     assert lead["events"] == 1 and lead["found"] == 1, lead
     (row,) = lead["rows"]
@@ -137,7 +119,7 @@ def _found_the_fault(report: dict[str, Any], fleet: Fleet) -> None:
 
 
 def test_a_fleet_past_the_servers_series_limit_is_read_group_by_group(
-    victoria_metrics: str, fleet: Fleet, tmp_path: Path
+    victoria_metrics: str, fleet: History, tmp_path: Path
 ) -> None:
     assert len(fleet.series) > SERIES_LIMIT
     names = sorted(catalog_metric_names(features_for(Settings())))
@@ -171,7 +153,7 @@ def test_a_fleet_past_the_servers_series_limit_is_read_group_by_group(
 
 
 def test_a_request_still_over_a_server_limit_says_why_and_which_flag(
-    tmp_path: Path, fleet: Fleet
+    tmp_path: Path, fleet: History
 ) -> None:
     """One metric of one cluster (62 x 8 GPUs) is more than -search.maxExportSeries=100."""
     server = VictoriaMetrics(tmp_path / "victoria-metrics", flags=["-search.maxExportSeries=100"])
@@ -196,7 +178,7 @@ def test_a_request_still_over_a_server_limit_says_why_and_which_flag(
 
 
 @pytest.fixture(scope="module")
-def prometheus(tmp_path_factory: pytest.TempPathFactory, fleet: Fleet) -> Iterator[str]:
+def prometheus(tmp_path_factory: pytest.TempPathFactory, fleet: History) -> Iterator[str]:
     """A Prometheus holding the faulty cluster's history as backfilled blocks, without its
     cluster and job labels: an external label is added on the way out, never stored."""
     workdir = tmp_path_factory.mktemp("prometheus-backfill")
@@ -211,7 +193,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory, fleet: Fleet) -> Iterat
 
 
 def test_a_prometheus_without_the_group_label_fails_with_the_drops_then_scores_with_it(
-    prometheus: str, fleet: Fleet, tmp_path: Path
+    prometheus: str, fleet: History, tmp_path: Path
 ) -> None:
     args = ["--source", "prometheus", "--url", prometheus, *RANGE, "--events", str(fleet.events)]
     line = one_line_error(_backtest(*args, out=tmp_path / "without"))
